@@ -1,0 +1,1 @@
+"""The REST service: a thin FastAPI layer over advisor/ and collectors/."""

@@ -1,0 +1,1 @@
+"""Calibration: replay sampled traffic on real vLLM servers and fit the advisor's models."""

@@ -1,0 +1,1 @@
+"""The `advisor` command: a thin Typer layer over advisor/, collectors/ and calibration/."""

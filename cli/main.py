@@ -1,0 +1,24 @@
+"""The `advisor` command line. Each command lives in its own module; this file only wires them."""
+
+from __future__ import annotations
+
+import typer
+
+from cli import ingest
+
+app = typer.Typer(
+    name="advisor",
+    help="Decide, per workload segment, whether speculative decoding pays off on your traffic.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+app.command()(ingest.ingest)
+app.command()(ingest.imports)
+app.command()(ingest.rejects)
+# new commands: register here, one line each.
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""Log collectors: one module per export format, each mapping its rows onto `requests`."""

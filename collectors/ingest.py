@@ -1,0 +1,247 @@
+"""Importing one log file into the store: detect, stage in SQL, validate, commit or leave no trace.
+
+The whole import is one DuckDB transaction: rows, rejects and the `imports` record appear
+together or not at all (Ctrl-C and kill -9 included). A file whose checksum is already in
+`imports` is not read again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+
+from advisor.errors import BadInput
+from advisor.schemas import ImportSummary
+from advisor.store import one, scalar, transaction
+from collectors.base import FIELDS, Collector, Options, Sample
+from collectors.normalize import normalized_sql
+from collectors.reading import sample as read_sample
+from collectors.reading import source_sql, sql_str
+from collectors.registry import COLLECTORS, by_name
+
+ProgressFn = Callable[[float], None]
+_CSV_REJECTS = "csv_reject_errors"
+
+
+def checksum(path: Path) -> str:
+    """sha256 of the file's bytes as stored (compressed files hash their compressed bytes)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def detect(sample: Sample) -> Collector:
+    """The first registered collector that recognises the sample, or BadInput listing them all."""
+    for collector in COLLECTORS:
+        if collector.detect(sample):
+            return collector
+    tried = "; ".join(f"{c.name} ({c.expects})" for c in COLLECTORS)
+    raise BadInput(
+        f"Could not tell the log format of {sample.path}. Tried: {tried}. "
+        "Pass --format NAME, or --map FIELD=COLUMN for a generic CSV/JSONL/Parquet export."
+    )
+
+
+def choose(sample: Sample, format_name: str | None, options: Options) -> Collector:
+    """The collector named by --format, the generic one when only --map is given, else detected."""
+    if format_name:
+        return by_name(format_name)
+    if options.mapping:
+        return by_name("generic")
+    return detect(sample)
+
+
+def ingest_file(
+    con: duckdb.DuckDBPyConnection,
+    path: str | Path,
+    *,
+    format_name: str | None = None,
+    options: Options | None = None,
+    store_text: bool = False,
+    on_progress: ProgressFn | None = None,
+) -> ImportSummary:
+    """Import `path` into `requests`/`rejects`/`imports`; BadInput leaves the database unchanged."""
+    path = Path(path)
+    options = options or Options()
+    sample = read_sample(path)
+    collector = choose(sample, format_name, options)
+    started = _now()
+    digest = checksum(path)
+    previous = one(
+        con,
+        "SELECT import_id, format, rows_read, rows_accepted, rows_rejected, started_at, finished_at"
+        " FROM imports WHERE checksum = ?",
+        [digest],
+    )
+    if previous:
+        return ImportSummary(
+            import_id=previous[0], file=str(path), format=previous[1], checksum=digest,
+            rows_read=previous[2], rows_accepted=previous[3], rows_rejected=previous[4],
+            already_imported=True, started_at=previous[5], finished_at=previous[6],
+        )  # fmt: skip
+
+    reader = collector.reader_for(sample)
+    csv_reader = reader == "csv"
+    src = source_sql(path, reader, rejects_table=_CSV_REJECTS)
+    collector_sql = f"WITH src AS ({src}) {collector.select(options)}"
+    try:
+        columns = {row[0]: row[1] for row in con.execute(f"DESCRIBE {collector_sql}").fetchall()}
+    except duckdb.Error as exc:
+        raise BadInput(
+            f"{path} cannot be read as {collector.name} ({collector.expects}): "
+            f"{str(exc).splitlines()[0]}"
+        ) from None
+    if "line" not in columns:
+        raise AssertionError(f"collector {collector.name} must select a `line` column")
+    staging = normalized_sql(collector_sql, columns, collector.required, reader == "jsonl")
+
+    with transaction(con):
+        if csv_reader:
+            con.execute(f"DROP TABLE IF EXISTS temp.{_CSV_REJECTS}")
+        try:
+            _run_with_progress(con, f"CREATE TEMP TABLE staged AS {staging}", on_progress)
+        except duckdb.Error as exc:
+            raise BadInput(
+                f"{path} cannot be read as {collector.name}: {str(exc).splitlines()[0]}"
+            ) from None
+        if csv_reader:
+            _fix_csv_lines(con)
+        counts = one(
+            con, "SELECT count(*), count(*) FILTER (WHERE reject_reason IS NOT NULL) FROM staged"
+        )
+        csv_bad = _csv_reject_count(con) if csv_reader else 0
+        rows_read, rows_rejected = counts[0] + csv_bad, counts[1] + csv_bad
+        if rows_read == 0:
+            raise BadInput(f"{path} holds no requests; expected at least one {collector.name} row.")
+        import_id = scalar(con, "SELECT nextval('import_id_seq')")
+        _insert_requests(con, import_id, collector.name, store_text)
+        _insert_rejects(con, import_id, str(path), csv_reader)
+        _derive_concurrency(con, import_id)
+        finished = _now()
+        con.execute(
+            "INSERT INTO imports VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                import_id, str(path), collector.name, digest, path.stat().st_size, rows_read,
+                rows_read - rows_rejected, rows_rejected,
+                json.dumps({"task_key": options.task_key, "mapping": options.mapping,
+                            "store_text": store_text}),
+                started, finished,
+            ],
+        )  # fmt: skip
+        con.execute("DROP TABLE staged")
+    return ImportSummary(
+        import_id=import_id, file=str(path), format=collector.name, checksum=digest,
+        rows_read=rows_read, rows_accepted=rows_read - rows_rejected, rows_rejected=rows_rejected,
+        started_at=started, finished_at=finished,
+    )  # fmt: skip
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _run_with_progress(con: duckdb.DuckDBPyConnection, sql: str, on_progress: ProgressFn | None):
+    """Run `sql`, reporting DuckDB's own query progress (0-100) from a watcher thread."""
+    if on_progress is None:
+        con.execute(sql)
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            value = con.query_progress()
+            if value >= 0:
+                on_progress(value)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        con.execute(sql)
+    finally:
+        done.set()
+        watcher.join()
+    on_progress(100.0)
+
+
+def _insert_requests(con: duckdb.DuckDBPyConnection, import_id: int, source: str, text: bool):
+    cols = [f for f in FIELDS if f not in ("request_id", "prompt_text", "output_text")]
+    text_cols = "prompt_text, output_text" if text else "NULL, NULL"
+    con.execute(
+        f"INSERT INTO requests (request_id, source, import_id, line, {', '.join(cols)},"
+        " concurrency_source, prompt_text, output_text)"
+        f" SELECT coalesce(request_id, '{import_id}:' || line), {sql_str(source)}, {import_id},"
+        f" line, {', '.join(cols)}, CASE WHEN concurrency IS NOT NULL THEN 'log' END, {text_cols}"
+        " FROM staged WHERE reject_reason IS NULL ORDER BY line"
+    )
+
+
+def _insert_rejects(con: duckdb.DuckDBPyConnection, import_id: int, file: str, csv_reader: bool):
+    con.execute(
+        "INSERT INTO rejects SELECT ?, ?, line, reject_reason, left(raw, 500)"
+        " FROM staged WHERE reject_reason IS NOT NULL ORDER BY line",
+        [import_id, file],
+    )
+    if csv_reader:
+        con.execute(
+            "INSERT INTO rejects SELECT ?, ?, line,"
+            " 'row is not valid CSV: ' || string_agg(DISTINCT error_message, '; '),"
+            f" left(any_value(csv_line), 500) FROM temp.{_CSV_REJECTS} GROUP BY line ORDER BY line",
+            [import_id, file],
+        )
+
+
+def _csv_reject_count(con: duckdb.DuckDBPyConnection) -> int:
+    return scalar(con, f"SELECT count(DISTINCT line) FROM temp.{_CSV_REJECTS}")
+
+
+def _fix_csv_lines(con: duckdb.DuckDBPyConnection) -> None:
+    """Shift good rows' line numbers past the malformed CSV lines DuckDB skipped.
+
+    Good row k (line k+1 before the fix) lies after the i-th bad line r_i (0-based i) exactly
+    when k > r_i - 2 - i, the number of good rows before that bad line.
+    """
+    if not _csv_reject_count(con):
+        return
+    con.execute(
+        "UPDATE staged SET line = line + (SELECT count(*) FROM ("
+        "  SELECT line - 2 - (row_number() OVER (ORDER BY line) - 1) AS good_before"
+        f"  FROM (SELECT DISTINCT line FROM temp.{_CSV_REJECTS})) b"
+        " WHERE b.good_before < staged.line - 1)"
+    )
+
+
+def _derive_concurrency(con: duckdb.DuckDBPyConnection, import_id: int) -> None:
+    """In-flight requests at each arrival, from arrival and finish times (a sweep in SQL).
+
+    Only for rows whose log did not give concurrency; finishes sort before arrivals at the same
+    instant, so a request that ends as another starts is not counted as overlapping it.
+    """
+    con.execute(
+        """
+        UPDATE requests SET concurrency = d.c, concurrency_source = 'derived'
+        FROM (
+            WITH ev AS (
+                SELECT line, arrival_ts AS ts, 1 AS delta, 1 AS is_arrival FROM requests
+                WHERE import_id = $id AND arrival_ts IS NOT NULL AND finish_ts IS NOT NULL
+                UNION ALL
+                SELECT NULL, finish_ts, -1, 0 FROM requests
+                WHERE import_id = $id AND arrival_ts IS NOT NULL AND finish_ts IS NOT NULL
+            )
+            SELECT line, sum(delta) OVER (ORDER BY ts, is_arrival, line
+                                          ROWS UNBOUNDED PRECEDING) AS c
+            FROM ev
+            QUALIFY is_arrival = 1
+        ) d
+        WHERE requests.import_id = $id AND requests.line = d.line
+          AND requests.concurrency IS NULL
+        """,
+        {"id": import_id},
+    )

@@ -1,0 +1,18 @@
+"""The one place formats are registered. Detection tries them in this order: specific first."""
+
+from __future__ import annotations
+
+from advisor.errors import BadInput
+from collectors import azure
+from collectors.base import Collector
+
+COLLECTORS: tuple[Collector, ...] = (azure.COLLECTOR,)
+
+
+def by_name(name: str) -> Collector:
+    """The collector called `name`, or BadInput naming the valid ones."""
+    for collector in COLLECTORS:
+        if collector.name == name:
+            return collector
+    valid = ", ".join(c.name for c in COLLECTORS)
+    raise BadInput(f"Unknown format '{name}'; valid formats: {valid}.")
