@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ImportSummary(BaseModel):
@@ -42,3 +43,140 @@ class RejectRow(BaseModel):
     line: int
     reason: str
     raw: str | None = None
+
+
+# --- The advisor's contract (issue 3). advisor/, api/ and cli/ all speak these models. ---
+
+Method = Literal["eagle3", "eagle", "draft_model", "ngram", "suffix", "mtp"]
+Verdict = Literal["enable", "disable", "try-it"]
+
+SCHEMA_VERSION = "1"
+
+
+class Interval(BaseModel):
+    """A predicted quantity with its interval (JSON: {value, low, high})."""
+
+    value: float
+    low: float
+    high: float
+
+
+class Deployment(BaseModel):
+    """What is being served, and how speculation would be configured."""
+
+    gpu: str = "h200"
+    target: str = "llama-3.1-8b"
+    method: Method = "eagle3"
+    draft: str | None = None
+    k: int | None = Field(default=None, ge=1, le=16, description="None means choose the best k")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    tp: int = Field(default=1, ge=1, le=64)
+
+
+class MemoryFit(BaseModel):
+    """Does target + draft + both KV caches fit the GPU budget at the load asked for?"""
+
+    gpu_memory_gb: float
+    budget_gb: float
+    target_weights_gb: float
+    draft_weights_gb: float
+    kv_needed_gb: float
+    kv_available_gb: float
+    headroom_gb: float
+    fits: bool
+
+
+class CalibrationRef(BaseModel):
+    """Which numbers a prediction used: a shipped profile, a stored calibration, or the roofline."""
+
+    id: str
+    kind: Literal["profile", "calibration", "roofline"]
+    description: str
+
+
+class Prediction(BaseModel):
+    """`advisor predict`: B requests arriving together, each P prompt and O output tokens."""
+
+    schema_version: str = SCHEMA_VERSION
+    deployment: Deployment
+    calibration: CalibrationRef
+    acceptance: float
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    k: int
+    mean_acceptance_length: float
+    speedup: float  # tokens/s over the whole batch, prefill included, speculative / baseline
+    e2e_latency_speedup: float
+    decode_speedup: float
+    tokens_per_s_baseline: float
+    tokens_per_s_speculative: float
+    tpot_ms_baseline: float
+    tpot_ms_speculative: float
+    ttft_ms: float
+    memory_fits: bool
+    memory: MemoryFit
+
+
+class SegmentStats(BaseModel):
+    """One workload segment as measured from the `requests` table."""
+
+    key: str
+    task: str
+    temperature_band: str
+    prompt_band: str
+    output_band: str
+    concurrency_band: str
+    n: int
+    share: float
+    prompt_p50: float
+    prompt_p95: float
+    output_p50: float
+    output_p95: float
+    temperature_p50: float | None
+    concurrency_p50: float
+    concurrency_p95: float
+    concurrency_estimated: bool
+    has_text: bool = False
+
+
+class SegmentVerdict(BaseModel):
+    """The advisor's answer for one segment."""
+
+    stats: SegmentStats
+    share: float
+    n: int
+    verdict: Verdict
+    method: Method
+    best_k: int
+    acceptance: Interval
+    decode_speedup: Interval
+    e2e_speedup: Interval
+    throughput_change: Interval  # goodput ratio at the segment's p95 concurrency
+    decode_share: float  # fraction of baseline request time spent decoding
+    memory: MemoryFit
+    reasons: list[str]
+    what_to_measure: str | None = None
+
+
+class FleetSummary(BaseModel):
+    """Traffic-weighted effect of following every verdict."""
+
+    e2e_speedup: Interval
+    latency_change_pct: float
+    gpu_hours_saved_per_day: float
+    segments_enabled: int
+    segments_disabled: int
+    segments_try_it: int
+
+
+class Recommendation(BaseModel):
+    """`advisor recommend --format json` and POST /v1/recommendations (same schema)."""
+
+    schema_version: str = SCHEMA_VERSION
+    deployment: Deployment
+    calibration: CalibrationRef
+    concurrency_estimated: bool
+    notes: list[str] = []
+    summary: FleetSummary
+    segments: list[SegmentVerdict]
