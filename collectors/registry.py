@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from advisor.errors import BadInput
-from collectors import azure
+from collectors import azure, openai_logs
 from collectors.base import Collector
 
-COLLECTORS: tuple[Collector, ...] = (azure.COLLECTOR,)
+COLLECTORS: tuple[Collector, ...] = (openai_logs.COLLECTOR, azure.COLLECTOR)
 
 
 def by_name(name: str) -> Collector:

@@ -1,0 +1,128 @@
+"""Collectors for request logs: OpenAI-compatible JSONL, vLLM logs, LiteLLM, Langfuse, Helicone.
+
+Every sample under tests/data/ is imported through the real ingest path (detection included) into
+a real DuckDB file; the assertions pin counts, field values and rejects with their line numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+from collectors.base import Options
+from collectors.ingest import ingest_file
+from collectors.reading import sample
+from collectors.registry import COLLECTORS
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def rows(con, sql: str, params: list | None = None) -> list[tuple]:
+    return con.execute(sql, params or []).fetchall()
+
+
+def request(con, request_id: str) -> dict:
+    """One stored request as a dict of column -> value."""
+    cur = con.execute("SELECT * FROM requests WHERE request_id = ?", [request_id])
+    names = [d[0] for d in cur.description]
+    found = cur.fetchall()
+    assert len(found) == 1, f"{request_id}: {len(found)} rows"
+    return dict(zip(names, found[0], strict=True))
+
+
+def rejects(con, import_id: int) -> dict[int, str]:
+    return dict(rows(con, "SELECT line, reason FROM rejects WHERE import_id = ?", [import_id]))
+
+
+def detected(path: Path) -> list[str]:
+    """Names of every registered collector that claims the file (detection must be unambiguous)."""
+    head = sample(path)
+    return [c.name for c in COLLECTORS if c.detect(head)]
+
+
+# --- OpenAI-compatible logs -----------------------------------------------------------------
+
+OPENAI = DATA / "openai" / "gateway.jsonl"
+OPENAI_BATCH = DATA / "openai" / "batch_output.jsonl"
+
+
+def test_openai_gateway_log_imports_with_values_and_rejects(con):
+    summary = ingest_file(con, OPENAI, store_text=True)
+    assert summary.format == "openai"
+    assert (summary.rows_read, summary.rows_accepted, summary.rows_rejected) == (35, 31, 4)
+
+    chat = request(con, "req-0002")
+    assert (chat["prompt_tokens"], chat["output_tokens"]) == (237, 31)
+    assert (chat["temperature"], chat["top_p"], chat["max_tokens"]) == (0.2, 0.95, 1024)
+    assert (chat["task"], chat["tenant"]) == ("chat", "assistant")
+    assert chat["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert chat["arrival_ts"] == datetime(2024, 5, 1, 10, 0, 1, 537000)
+    assert chat["finish_ts"] == datetime(2024, 5, 1, 10, 0, 1, 992000)
+    assert (chat["ttft_ms"], chat["e2e_ms"]) == (83.5, 455.0)
+    assert chat["prompt_text"] == (
+        "You are a careful assistant.\n[chat] request number 2: please help."
+    )
+    assert chat["output_text"] == "Answer 2 for chat."
+
+    completion = request(con, "req-0004")  # a /v1/completions line
+    assert completion["prompt_text"].startswith("def f3(x):")
+    assert completion["output_text"].strip() == "return x + 3"
+    assert (completion["prompt_tokens"], completion["max_tokens"]) == (311, 256)
+
+    epoch = request(con, "req-epoch")  # epoch-ms times, max_completion_tokens, content parts
+    assert epoch["arrival_ts"] == datetime(2024, 5, 1, 10, 1, 1)
+    assert epoch["e2e_ms"] == 2500.0 and epoch["max_tokens"] == 300
+    assert epoch["prompt_text"] == "Describe this image."
+    assert epoch["task"] == "vision" and epoch["ttft_ms"] is None
+
+    assert rejects(con, summary.import_id) == {
+        31: "line is not valid JSON (truncated or corrupt)",
+        32: "response has no usage.prompt_tokens/completion_tokens"
+        " (a stream logged without stream_options.include_usage?)",
+        33: "temperature 'warm' is not a number",
+        34: "request failed: Rate limit reached for requests",
+    }
+
+
+def test_openai_text_is_stored_only_on_request(con):
+    ingest_file(con, OPENAI)
+    assert rows(con, "SELECT count(*) FROM requests WHERE prompt_text IS NOT NULL")[0][0] == 0
+    assert rows(con, "SELECT count(*) FROM requests WHERE output_text IS NOT NULL")[0][0] == 0
+
+
+def test_openai_task_key_option_picks_another_metadata_field(con):
+    ingest_file(con, OPENAI, options=Options(task_key="metadata.team"))
+    tasks = rows(con, "SELECT task, count(*) FROM requests GROUP BY task ORDER BY task")
+    assert tasks == [("platform", 30), (None, 1)]  # req-epoch has no metadata.team
+
+
+def test_openai_batch_output_imports(con):
+    summary = ingest_file(con, OPENAI_BATCH)
+    assert summary.format == "openai"
+    assert (summary.rows_accepted, summary.rows_rejected) == (6, 1)
+    doc = request(con, "doc-2")
+    assert (doc["prompt_tokens"], doc["output_tokens"]) == (520, 42)
+    assert doc["arrival_ts"] == datetime(2024, 5, 1, 10, 40, 2)  # response `created`
+    assert doc["temperature"] is None and doc["model"] == "gpt-4o-mini-2024-07-18"
+    assert rejects(con, summary.import_id)[7].startswith("request failed: This request could")
+
+
+def test_openai_bare_completion_objects(con, tmp_path):
+    log = tmp_path / "responses.jsonl"
+    completion = {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1714557600, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+    }  # fmt: skip
+    log.write_text(json.dumps(completion) + "\n")
+    summary = ingest_file(con, log)
+    assert summary.format == "openai" and summary.rows_accepted == 1
+    stored = request(con, "chatcmpl-1")
+    assert (stored["prompt_tokens"], stored["output_tokens"]) == (12, 3)
+
+
+def test_generic_jsonl_is_not_taken_for_openai(tmp_path):
+    log = tmp_path / "export.jsonl"
+    log.write_text('{"ts": 1, "prompt_tokens": 10, "completion_tokens": 5, "response": "hi"}\n')
+    assert "openai" not in detected(log)
