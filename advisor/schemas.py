@@ -140,6 +140,14 @@ class SegmentStats(BaseModel):
     has_text: bool = False
 
 
+class CurvePoint(BaseModel):
+    """Predicted speedups of a segment's median request at one concurrency (for plots)."""
+
+    concurrency: float
+    decode_speedup: float
+    e2e_speedup: float
+
+
 class SegmentVerdict(BaseModel):
     """The advisor's answer for one segment."""
 
@@ -157,6 +165,8 @@ class SegmentVerdict(BaseModel):
     memory: MemoryFit
     reasons: list[str]
     what_to_measure: str | None = None
+    baseline_latency_s: float | None = None  # median request at concurrency p50 (recommend)
+    concurrency_curve: list[CurvePoint] = []  # filled by advisor.recommend for the plots
 
 
 class FleetSummary(BaseModel):
@@ -168,6 +178,8 @@ class FleetSummary(BaseModel):
     segments_enabled: int
     segments_disabled: int
     segments_try_it: int
+    requests_per_s: float | None = None  # the trace's arrival rate (None: no arrival times)
+    baseline_gpu_hours_per_day: float | None = None  # at that rate, without speculation
 
 
 class Recommendation(BaseModel):
