@@ -1,0 +1,281 @@
+"""Workload segmentation: requests that should get the same answer, grouped in DuckDB SQL.
+
+A segment is task label x temperature band x prompt-length band x output-length band x
+concurrency band (DESIGN.md, "The decision model"). Band assignment, counting and percentiles run
+in SQL over the scoped requests (`advisor_scope`, built by `create_scope` and completed with
+concurrency by advisor.concurrency). Only the small table of non-empty cells comes to Python, where
+cells under the minimum share merge into their nearest neighbour: the same task first, then the
+fewest band steps away, then the larger neighbour. Every scoped request lands in exactly one
+segment, so the shares sum to 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
+
+import duckdb
+from pydantic import BaseModel, Field, field_validator
+
+from advisor.errors import BadInput
+from advisor.schemas import SegmentStats
+from advisor.store import one
+
+SCOPE = "advisor_scope"
+UNLABELLED = "unlabelled"
+Cell = tuple[str, int, int, int, int]  # task and the four band indices
+_DIMS = ("temperature", "prompt", "output", "concurrency")
+
+
+class Bands(BaseModel):
+    """Band edges (each band is [edge_i, edge_i+1)) and the minimum share a segment must hold."""
+
+    prompt: list[float] = Field(default=[512, 2048, 8192], description="prompt tokens")
+    output: list[float] = Field(default=[32, 128, 512], description="output tokens")
+    temperature: list[float] = Field(
+        default=[0.3, 0.8], description="sampling temperature; unlogged temperature is 'unknown'"
+    )
+    concurrency: list[float] = Field(
+        default=[4, 16, 64], description="requests in flight at arrival, the request included"
+    )
+    min_share: float = Field(default=0.02, ge=0.0, le=0.5)
+
+    @field_validator("prompt", "output", "temperature", "concurrency")
+    @classmethod
+    def _increasing(cls, edges: list[float]) -> list[float]:
+        if any(e < 0 for e in edges) or any(b <= a for a, b in pairwise(edges)):
+            raise ValueError(f"band edges must be non-negative and increasing, got {edges}")
+        return edges
+
+
+def parse_edges(flag: str, text: str) -> list[float]:
+    """`--prompt-bands 512,2048,8192` -> [512.0, 2048.0, 8192.0], or BadInput naming the flag."""
+    try:
+        edges = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise BadInput(
+            f"{flag} {text!r} is not a list of numbers; expected e.g. {flag} 512,2048,8192."
+        ) from None
+    if any(e < 0 for e in edges) or any(b <= a for a, b in pairwise(edges)):
+        raise BadInput(f"{flag} {text!r} must be non-negative and increasing, e.g. 512,2048,8192.")
+    return edges
+
+
+class Filters(BaseModel):
+    """Which logged requests a recommendation covers."""
+
+    import_ids: list[int] = []
+    since: datetime | None = None
+    until: datetime | None = None
+    model: str | None = None
+    tenant: str | None = None
+
+    def where(self) -> tuple[str, list[object]]:
+        """SQL conditions on `requests` and their parameters."""
+        conds, params = ["output_tokens IS NOT NULL"], []
+        if self.import_ids:
+            conds.append(f"import_id IN ({', '.join('?' for _ in self.import_ids)})")
+            params += self.import_ids
+        if self.since is not None:
+            conds.append("arrival_ts >= ?")
+            params.append(self.since)
+        if self.until is not None:
+            conds.append("arrival_ts < ?")
+            params.append(self.until)
+        if self.model is not None:
+            conds.append("model = ?")
+            params.append(self.model)
+        if self.tenant is not None:
+            conds.append("tenant = ?")
+            params.append(self.tenant)
+        return " AND ".join(conds), params
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the filters selected."""
+
+    n: int
+    without_output: int  # matched the filters but have no output token count: left out
+    first_arrival: datetime | None
+    last_arrival: datetime | None
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds between the first and last arrival (None when arrivals are not logged)."""
+        if self.first_arrival is None or self.last_arrival is None:
+            return None
+        return (self.last_arrival - self.first_arrival).total_seconds()
+
+
+def create_scope(con: duckdb.DuckDBPyConnection, filters: Filters) -> Scope:
+    """Copy the filtered requests' few needed columns into the temp table `advisor_scope`."""
+    where, params = filters.where()
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE {SCOPE} AS"
+        " SELECT row_number() OVER () AS rid, arrival_ts, finish_ts, prompt_tokens, output_tokens,"
+        " temperature, coalesce(task, ?) AS task, concurrency, concurrency_source,"
+        " prompt_text IS NOT NULL AS has_text"
+        f" FROM requests WHERE {where}",
+        [UNLABELLED, *params],
+    )
+    n, first, last = one(con, f"SELECT count(*), min(arrival_ts), max(arrival_ts) FROM {SCOPE}")
+    no_output_where = where.replace("output_tokens IS NOT NULL", "output_tokens IS NULL", 1)
+    without = one(con, f"SELECT count(*) FROM requests WHERE {no_output_where}", params)[0]
+    if n == 0:
+        raise BadInput(
+            "No requests match: the database holds none for these filters "
+            f"({_describe(filters)}); import a log or widen --since/--until/--model/--tenant."
+        )
+    return Scope(n=n, without_output=without, first_arrival=first, last_arrival=last)
+
+
+def _describe(filters: Filters) -> str:
+    given = {k: v for k, v in filters.model_dump().items() if v not in (None, [])}
+    return ", ".join(f"{k}={v}" for k, v in given.items()) or "no filters"
+
+
+def band_index_sql(column: str, edges: list[float]) -> str:
+    """0 below the first edge, i at or above the i-th edge; -1 for NULL."""
+    if not edges:
+        return f"CASE WHEN {column} IS NULL THEN -1 ELSE 0 END"
+    steps = " + ".join(f"({column} >= {float(e)!r})::INTEGER" for e in edges)
+    return f"CASE WHEN {column} IS NULL THEN -1 ELSE {steps} END"
+
+
+def _index_exprs(bands: Bands) -> dict[str, str]:
+    return {
+        "temperature": band_index_sql("temperature", bands.temperature),
+        "prompt": band_index_sql("prompt_tokens", bands.prompt),
+        "output": band_index_sql("output_tokens", bands.output),
+        "concurrency": band_index_sql("concurrency", bands.concurrency),
+    }
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def band_label(edges: list[float], indices: set[int]) -> str:
+    """A readable label for a set of band indices (merged segments span several)."""
+    known = sorted(i for i in indices if i >= 0)
+    parts = []
+    if known:
+        lo, hi = known[0], known[-1]
+        if lo == 0 and hi == len(edges):
+            parts.append("any")
+        elif lo == 0:
+            parts.append(f"<{_num(edges[hi])}")
+        elif hi == len(edges):
+            parts.append(f">={_num(edges[lo - 1])}")
+        else:
+            parts.append(f"{_num(edges[lo - 1])}-{_num(edges[hi])}")
+    if -1 in indices:
+        parts.append("unknown")
+    return " or ".join(parts)
+
+
+@dataclass
+class _Segment:
+    anchor: Cell  # the founding cell
+    n: int
+    cells: list[Cell] = field(default_factory=list)
+
+
+def merge_cells(cells: dict[Cell, int], min_share: float) -> list[_Segment]:
+    """Merge cells under `min_share` of the total into their nearest neighbour, smallest first.
+
+    Nearest: same task before any other task, then the fewest band steps (L1 over the four band
+    indices of the segments' founding cells), then the neighbour with more requests.
+    """
+    total = sum(cells.values())
+    segments = [_Segment(anchor=c, n=n, cells=[c]) for c, n in cells.items()]
+    threshold = min_share * total
+    while len(segments) > 1:
+        small = min(segments, key=lambda s: (s.n, s.anchor))
+        if small.n >= threshold:
+            break
+        others = [s for s in segments if s is not small]
+        target = min(others, key=lambda s: _merge_cost(small, s))
+        target.n += small.n
+        target.cells += small.cells
+        segments.remove(small)
+    return sorted(segments, key=lambda s: (-s.n, s.anchor))
+
+
+def _merge_cost(small: _Segment, other: _Segment) -> tuple[int, int, int]:
+    a, b = small.anchor, other.anchor
+    steps = sum(abs(x - y) for x, y in zip(a[1:], b[1:], strict=True))
+    return (a[0] != b[0], steps, -other.n)
+
+
+def segment(con: duckdb.DuckDBPyConnection, bands: Bands) -> list[SegmentStats]:
+    """Segments of `advisor_scope` (concurrency filled in), largest first."""
+    idx = _index_exprs(bands)
+    cols = ", ".join(f"{idx[d]} AS {d}_i" for d in _DIMS)
+    rows = con.execute(
+        f"SELECT task, {', '.join(d + '_i' for d in _DIMS)}, count(*)"
+        f" FROM (SELECT task, {cols} FROM {SCOPE}) GROUP BY ALL"
+    ).fetchall()
+    cells = {tuple(r[:5]): r[5] for r in rows}
+    segments = merge_cells(cells, bands.min_share)
+
+    members = [(i, c) for i, s in enumerate(segments) for c in s.cells]
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE advisor_segment_map AS SELECT"
+        " unnest($seg) AS seg, unnest($task) AS task, unnest($t) AS temperature_i,"
+        " unnest($p) AS prompt_i, unnest($o) AS output_i, unnest($c) AS concurrency_i",
+        {
+            "seg": [m[0] for m in members],
+            "task": [m[1][0] for m in members],
+            "t": [m[1][1] for m in members],
+            "p": [m[1][2] for m in members],
+            "o": [m[1][3] for m in members],
+            "c": [m[1][4] for m in members],
+        },
+    )
+    joined = " AND ".join(f"m.{d}_i = {idx[d]}" for d in _DIMS)
+    stats = con.execute(
+        "SELECT m.seg, count(*),"
+        " quantile_cont(prompt_tokens, [0.5, 0.95]), quantile_cont(output_tokens, [0.5, 0.95]),"
+        " quantile_cont(temperature, 0.5), quantile_cont(concurrency, [0.5, 0.95]),"
+        " bool_or(concurrency_source = 'estimated'), bool_or(has_text)"
+        f" FROM {SCOPE} s JOIN advisor_segment_map m ON m.task = s.task AND {joined}"
+        " GROUP BY m.seg ORDER BY m.seg"
+    ).fetchall()
+    total = sum(r[1] for r in stats)
+    return [_stats(segments[r[0]], r, total, bands) for r in stats]
+
+
+def _stats(seg: _Segment, row: tuple, total: int, bands: Bands) -> SegmentStats:
+    _, n, prompt_q, output_q, temp_p50, conc_q, estimated, has_text = row
+    tasks = sorted({c[0] for c in seg.cells}, key=lambda t: (t != seg.anchor[0], t))
+    labels = {
+        dim: band_label(getattr(bands, dim), {c[i + 1] for c in seg.cells})
+        for i, dim in enumerate(_DIMS)
+    }
+    task = "+".join(tasks)
+    key = (
+        f"{task} | temp {labels['temperature']} | prompt {labels['prompt']}"
+        f" | out {labels['output']} | conc {labels['concurrency']}"
+    )
+    return SegmentStats(
+        key=key,
+        task=task,
+        temperature_band=labels["temperature"],
+        prompt_band=labels["prompt"],
+        output_band=labels["output"],
+        concurrency_band=labels["concurrency"],
+        n=n,
+        share=n / total,
+        prompt_p50=prompt_q[0],
+        prompt_p95=prompt_q[1],
+        output_p50=output_q[0],
+        output_p95=output_q[1],
+        temperature_p50=temp_p50,
+        concurrency_p50=conc_q[0],
+        concurrency_p95=conc_q[1],
+        concurrency_estimated=bool(estimated),
+        has_text=bool(has_text),
+    )
