@@ -116,11 +116,44 @@ class AcceptanceFit(BaseModel):
     temperature_range: tuple[float, float]
     uses_text: bool
     task_text_means: dict[str, dict[str, float]] = Field(default_factory=dict)
+    mean_bootstrap_var: float = Field(
+        default=0.0, description="logit-scale variance of the fitted mean, averaged over segments"
+    )
 
     def predict(self, query: Query, level: float = 0.9) -> Band:
         """Acceptance and its `level` prediction interval at one point."""
         feats = features_of(query, self.uses_text, self.task_text_means)
         return _band(self.model, feats, level)
+
+    def profile_logits(self) -> list[dict[str, object]]:
+        """The fit in advisor.profile.AcceptanceLogit form, one entry per method.
+
+        That form has no text features, so each task's mean text features fold into its task
+        term; its single logit-scale sd is the residual spread plus the bootstrap spread
+        averaged over the fitted segments. Only tasks that were replayed get a task term.
+        """
+        c = self.model.coefficients
+        entries = []
+        for method in self.methods:
+            tasks = {}
+            for task in self.tasks:
+                text = self.task_text_means.get(task, {})
+                tasks[task] = c.get(f"task={task}", 0.0) + sum(
+                    c.get(name, 0.0) * value for name, value in text.items()
+                )
+            entries.append(
+                {
+                    "method": method,
+                    "intercept": self.model.intercept + c.get(f"method={method}", 0.0),
+                    "task": tasks,
+                    "temperature": c.get("temperature", 0.0),
+                    "log_prompt": c.get("log_prompt_tokens", 0.0),
+                    "log_output": c.get("log_output_tokens", 0.0),
+                    "sd": math.sqrt(self.model.residual_sigma**2 + self.mean_bootstrap_var),
+                    "n": self.quality.n_segments,
+                }
+            )
+        return entries
 
 
 def alpha_from_counters(num_drafts: int, num_draft_tokens: int, num_accepted: int) -> float:
@@ -183,8 +216,9 @@ def features_of(
         f"method={point.method}": 1.0,
         f"task={point.task}": 1.0,
         "temperature": point.temperature,
-        "log_prompt_tokens": math.log(point.prompt_tokens),
-        "log_output_tokens": math.log(point.output_tokens),
+        # ln(1 + n), as advisor.profile.AcceptanceLogit evaluates it
+        "log_prompt_tokens": math.log1p(point.prompt_tokens),
+        "log_output_tokens": math.log1p(point.output_tokens),
     }
     if uses_text:
         given = point.text_features or task_text_means.get(point.task, {})
@@ -322,6 +356,10 @@ def fit_acceptance(
         residuals=residuals,
     )
     temps = [o.temperature for o in obs]
+    boot_var = [
+        float(np.var([model.logit(f, c) for c in model.bootstrap])) if model.bootstrap else 0.0
+        for f in feats
+    ]
     return AcceptanceFit(
         model=model,
         quality=quality,
@@ -330,4 +368,5 @@ def fit_acceptance(
         temperature_range=(min(temps), max(temps)),
         uses_text=uses_text,
         task_text_means=task_text_means,
+        mean_bootstrap_var=float(np.mean(boot_var)),
     )

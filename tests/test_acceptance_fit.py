@@ -17,11 +17,16 @@ from calibration.acceptance_fit import (
 
 TASK_EFFECT = {"json": 1.6, "code": 1.0, "chat": 0.0, "story": -0.6}
 TEMP_SLOPE = -1.5
-OUTPUT_SLOPE = 0.15  # per log(output tokens)
+OUTPUT_SLOPE = 0.15  # per ln(1 + output tokens)
 
 
 def true_alpha(task: str, temperature: float, output_tokens: float) -> float:
-    z = 0.2 + TASK_EFFECT[task] + TEMP_SLOPE * temperature + OUTPUT_SLOPE * math.log(output_tokens)
+    z = (
+        0.2
+        + TASK_EFFECT[task]
+        + TEMP_SLOPE * temperature
+        + OUTPUT_SLOPE * math.log1p(output_tokens)
+    )
     return 1 / (1 + math.exp(-z))
 
 
@@ -147,3 +152,27 @@ def test_text_features_enter_the_model_when_every_segment_has_text():
 def test_no_observations_is_an_error():
     with pytest.raises(ValueError, match="no segment drafted"):
         fit_acceptance([])
+
+
+def test_profile_form_reproduces_the_fit():
+    """The stored AcceptanceLogit form predicts what the fit predicts (same logit, ln(1+n))."""
+    rng = np.random.default_rng(11)
+    obs = [simulate(t, tp, 128.0, rng) for t in ("json", "story") for tp in (0.0, 1.0)]
+    fit = fit_acceptance(obs, n_bootstrap=50)
+    (entry,) = fit.profile_logits()
+    assert entry["method"] == "eagle3" and set(entry["task"]) == {"json", "story"}
+    for task, temp in (("json", 0.2), ("story", 0.9)):
+        z = (
+            entry["intercept"]
+            + entry["task"][task]
+            + entry["temperature"] * temp
+            + entry["log_prompt"] * math.log1p(700)
+            + entry["log_output"] * math.log1p(128)
+        )
+        expected = fit.predict(
+            Query(
+                method="eagle3", task=task, temperature=temp, prompt_tokens=700, output_tokens=128
+            )
+        )
+        assert 1 / (1 + math.exp(-z)) == pytest.approx(expected.value, abs=1e-9)
+    assert entry["sd"] >= 0.25
