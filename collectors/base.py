@@ -77,6 +77,9 @@ class Collector:
     select: Callable[[Options], str]
     required: tuple[str, ...] = ("prompt_tokens", "output_tokens")
     readers: tuple[Reader, ...] = ()
+    # Formats whose SQL depends on the file's own columns (generic --map) build a collector fitted
+    # to this file here, or refuse it with BadInput; ingest calls it before reading.
+    fit: Callable[[Sample, Options], Collector] | None = None
 
     def reader_for(self, sample: Sample) -> Reader:
         """The reader for this file: `reader`, or one of `readers` matching the file's kind."""

@@ -73,6 +73,8 @@ def ingest_file(
     options = options or Options()
     sample = read_sample(path)
     collector = choose(sample, format_name, options)
+    if collector.fit is not None:
+        collector = collector.fit(sample, options)
     started = _now()
     digest = checksum(path)
     previous = one(
@@ -91,7 +93,8 @@ def ingest_file(
     reader = collector.reader_for(sample)
     csv_reader = reader == "csv"
     src = source_sql(path, reader, rejects_table=_CSV_REJECTS)
-    collector_sql = f"WITH src AS ({src}) {collector.select(options)}"
+    # A subquery, so that a collector's SELECT may open with its own WITH.
+    collector_sql = f"WITH src AS ({src}) SELECT * FROM ({collector.select(options)})"
     try:
         columns = {row[0]: row[1] for row in con.execute(f"DESCRIBE {collector_sql}").fetchall()}
     except duckdb.Error as exc:

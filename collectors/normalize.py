@@ -57,6 +57,17 @@ KINDS: dict[str, Count | Number | type[Text] | type[Time]] = {
 assert tuple(KINDS) == FIELDS
 
 
+# "A helpful rule of thumb is that one token generally corresponds to ~4 characters of text for
+# common English text" (OpenAI Help Center, "What are tokens and how to count them?"). Used only
+# for formats that carry text but no token counts (ShareGPT, Spec-Bench).
+CHARS_PER_TOKEN = 4
+
+
+def estimated_tokens(text_sql: str) -> str:
+    """SQL estimating the token count of a text expression from its length in characters."""
+    return f"CAST(ceil(length({text_sql}) / {CHARS_PER_TOKEN}.0) AS BIGINT)"
+
+
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from advisor.errors import BadInput
-from collectors import azure, openai_logs
+from collectors import azure, burstgpt, generic, mooncake, openai_logs, sharegpt, specbench
 from collectors.base import Collector
 
-COLLECTORS: tuple[Collector, ...] = (openai_logs.COLLECTOR, azure.COLLECTOR)
+COLLECTORS: tuple[Collector, ...] = (
+    openai_logs.COLLECTOR,
+    azure.COLLECTOR,
+    burstgpt.COLLECTOR,
+    mooncake.COLLECTOR,
+    sharegpt.COLLECTOR,
+    specbench.COLLECTOR,
+    generic.COLLECTOR,
+)
 
 
 def by_name(name: str) -> Collector:
