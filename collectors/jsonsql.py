@@ -47,7 +47,7 @@ def document() -> str:
                CASE WHEN json_type(r, '$.raw') = 'OBJECT' THEN r -> '$.raw'
                     WHEN json_type(r, '$.raw') = 'VARCHAR' THEN
                          CASE WHEN json_valid(r ->> '$.raw') THEN CAST(r ->> '$.raw' AS JSON) END
-                    WHEN r -> '$.raw' IS NULL THEN r END AS doc
+                    WHEN (r -> '$.raw') IS NULL THEN r END AS doc
         FROM (SELECT line, to_json(src) AS r FROM src)
     """
 
@@ -55,6 +55,16 @@ def document() -> str:
 def json_cell(text: str) -> str:
     """A JSON value that may itself be JSON-encoded text (a CSV cell, a stringified dict)."""
     return f"CASE WHEN json_valid({text}) THEN CAST({text} AS JSON) END"
+
+
+def decoded(doc: str, keys: Sequence[str]) -> str:
+    """`doc` with the named members parsed when they hold JSON text (CSV cells, stringified JSON).
+
+    A member that is already an object stays as it is; one that is absent or not JSON is dropped.
+    """
+    members = [(k, f"({doc} ->> {sql_str('$.' + k)})") for k in keys]
+    pairs = ", ".join(f"{sql_str(k)}, {json_cell(text)}" for k, text in members)
+    return f"json_merge_patch({doc}, json_object({pairs}))"
 
 
 def instant(text: str) -> str:
@@ -74,14 +84,17 @@ def ms_between(start: str, end: str) -> str:
 
 
 def messages_text(messages: str) -> str:
-    """Chat messages (JSON text) as one string: each content, text parts joined, one per line."""
+    """Chat messages (JSON text) as one string: each content, text parts joined, one per line.
+
+    Plain text passes through; other JSON (an empty `{}` placeholder) gives NULL.
+    """
     return (
         f"CASE WHEN json_valid({messages}) AND json_type(CAST({messages} AS JSON)) = 'ARRAY' THEN"
         f" array_to_string(list_transform(json_extract(CAST({messages} AS JSON), '$[*].content'),"
         " lambda c: CASE WHEN json_type(c) = 'ARRAY'"
         " THEN array_to_string(json_extract_string(c, '$[*].text'), '')"
         " ELSE c ->> '$' END), chr(10))"
-        f" ELSE {messages} END"
+        f" WHEN json_valid({messages}) THEN NULL ELSE {messages} END"
     )
 
 

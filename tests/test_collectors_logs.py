@@ -10,6 +10,8 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from collectors.base import Options
 from collectors.ingest import ingest_file
 from collectors.reading import sample
@@ -126,3 +128,80 @@ def test_generic_jsonl_is_not_taken_for_openai(tmp_path):
     log = tmp_path / "export.jsonl"
     log.write_text('{"ts": 1, "prompt_tokens": 10, "completion_tokens": 5, "response": "hi"}\n')
     assert "openai" not in detected(log)
+
+
+# --- LiteLLM ----------------------------------------------------------------------------------
+
+LITELLM_PAYLOAD = DATA / "litellm" / "standard_logging.jsonl"
+SPEND_CSV = DATA / "litellm" / "spend_logs.csv"
+SPEND_JSON = DATA / "litellm" / "spend_logs.json"
+
+
+def test_litellm_standard_logging_payload(con):
+    summary = ingest_file(con, LITELLM_PAYLOAD, store_text=True)
+    assert summary.format == "litellm"
+    assert (summary.rows_read, summary.rows_accepted, summary.rows_rejected) == (34, 28, 6)
+
+    streamed = request(con, "chatcmpl-0001-ll")
+    assert (streamed["prompt_tokens"], streamed["output_tokens"]) == (341, 24)
+    assert (streamed["temperature"], streamed["top_p"], streamed["max_tokens"]) == (0.3, 0.9, 800)
+    assert streamed["task"] == "rag"  # from the request tag task:rag, ahead of the metadata
+    assert (streamed["tenant"], streamed["model"]) == ("support", "llama-3.1-8b")
+    assert streamed["arrival_ts"] == datetime(2024, 6, 3, 14, 0, 2, 250000)
+    assert streamed["finish_ts"] == datetime(2024, 6, 3, 14, 0, 2, 644000)
+    assert (streamed["ttft_ms"], streamed["e2e_ms"]) == pytest.approx((130.0, 394.0))
+    assert streamed["prompt_text"] == "Be concise.\nQuestion 1 about rag"
+    assert streamed["output_text"] == "Reply 1"
+
+    blocking = request(con, "chatcmpl-0002-ll")  # not streamed: completionStartTime == endTime
+    assert blocking["ttft_ms"] is None and blocking["e2e_ms"] == pytest.approx(503.0)
+
+    assert rejects(con, summary.import_id) == {
+        29: "line is not valid JSON (truncated or corrupt)",
+        30: "request failed: litellm.RateLimitError: RateLimitError: Hosted_vllmException"
+        " - rate limit",
+        31: "served from the LiteLLM cache (no model call)",
+        32: "call_type aembedding is not a text generation",
+        33: "temperature 'hot' is not a number",
+        34: "output_tokens is missing",
+    }
+
+
+def test_litellm_task_key_overrides_tags(con):
+    ingest_file(con, LITELLM_PAYLOAD, options=Options(task_key="metadata.requester_metadata.task"))
+    assert request(con, "chatcmpl-0001-ll")["task"] == "fallback-rag"
+
+
+def test_litellm_spend_logs_csv(con):
+    summary = ingest_file(con, SPEND_CSV, store_text=True)
+    assert summary.format == "litellm_spendlogs"
+    assert (summary.rows_read, summary.rows_accepted, summary.rows_rejected) == (28, 24, 4)
+
+    row = request(con, "b3f1c2d4-0000-4000-8000-000000000001")
+    assert (row["prompt_tokens"], row["output_tokens"]) == (173, 47)
+    # temperature etc. come from the proxy_server_request JSON cell
+    assert (row["temperature"], row["top_p"], row["max_tokens"]) == (0.7, 0.8, 512)
+    assert (row["task"], row["tenant"], row["model"]) == ("chat", "support", "qwen2.5-7b")
+    assert row["arrival_ts"] == datetime(2024, 6, 3, 15, 0, 3, 500000)
+    assert (row["ttft_ms"], row["e2e_ms"]) == pytest.approx((94.0, 705.0))
+    assert row["prompt_text"] == "Ticket 1: chat"
+    assert row["line"] == 3
+
+    assert request(con, "b3f1c2d4-0000-4000-8000-000000000003")["ttft_ms"] is None  # not streamed
+    assert request(con, "b3f1c2d4-0000-4000-8000-000000000010")["line"] == 13  # after the bad row
+    found = rejects(con, summary.import_id)
+    assert set(found) == {12, 27, 28, 29}
+    assert found[12].startswith("row is not valid CSV")
+    assert found[27] == "output_tokens is missing"
+    assert found[28] == "temperature 'NaN-ish' is not a number"
+    assert found[29] == "request failed: Connection refused"
+
+
+def test_litellm_spend_logs_json_export(con):
+    summary = ingest_file(con, SPEND_JSON)
+    assert summary.format == "litellm_spendlogs"
+    assert (summary.rows_accepted, summary.rows_rejected) == (5, 0)
+    row = request(con, "b3f1c2d4-0000-4000-8000-000000000042")
+    assert (row["prompt_tokens"], row["output_tokens"], row["temperature"]) == (2346, 334, 0.0)
+    assert row["arrival_ts"] == datetime(2024, 6, 3, 15, 2, 27)
+    assert (row["ttft_ms"], row["task"]) == (pytest.approx(258.0), "summarize")
