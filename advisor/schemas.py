@@ -180,6 +180,7 @@ class FleetSummary(BaseModel):
     segments_try_it: int
     requests_per_s: float | None = None  # the trace's arrival rate (None: no arrival times)
     baseline_gpu_hours_per_day: float | None = None  # at that rate, without speculation
+    e2e_speedup_if_all_enabled: Interval | None = None  # the same, enabling every segment
 
 
 class Recommendation(BaseModel):
