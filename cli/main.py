@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import ingest
+from cli import ingest, keys, serve
 
 app = typer.Typer(
     name="advisor",
@@ -17,6 +17,8 @@ app = typer.Typer(
 app.command()(ingest.ingest)
 app.command()(ingest.imports)
 app.command()(ingest.rejects)
+app.command()(serve.serve)
+app.add_typer(keys.app, name="keys")
 # new commands: register here, one line each.
 
 
