@@ -116,6 +116,8 @@ class Prediction(BaseModel):
     ttft_ms: float
     memory_fits: bool
     memory: MemoryFit
+    ttft_ms_speculative: float | None = None  # the speculative engine also prefills its draft
+    verify_bound: str | None = None  # "memory" or "compute": what limits the verification step
 
 
 class SegmentStats(BaseModel):

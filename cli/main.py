@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import ingest, keys, serve
+from cli import ingest, keys, predict, profiles, serve
 
 app = typer.Typer(
     name="advisor",
@@ -19,6 +19,8 @@ app.command()(ingest.imports)
 app.command()(ingest.rejects)
 app.command()(serve.serve)
 app.add_typer(keys.app, name="keys")
+app.command()(predict.predict)
+app.add_typer(profiles.app, name="profiles")
 # new commands: register here, one line each.
 
 

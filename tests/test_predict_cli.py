@@ -1,0 +1,58 @@
+"""`advisor predict` and `advisor profiles` run as a user would, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_cli
+
+
+def test_predict_json_has_the_documented_fields() -> None:
+    r = run_cli("predict", "--acceptance", "0.8", "--batch", "4", "--prompt-tokens", "512",
+                "--output-tokens", "256", "--k", "4", "--format", "json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    for key in ("speedup", "e2e_latency_speedup", "tokens_per_s_baseline",
+                "tokens_per_s_speculative", "memory_fits"):  # fmt: skip
+        assert key in got
+    assert got["k"] == 4 and got["memory_fits"] is True
+    ratio = got["tokens_per_s_speculative"] / got["tokens_per_s_baseline"]
+    assert abs(got["speedup"] - ratio) < 1e-3  # speedup is the batch tokens/s ratio
+    assert got["calibration"]["kind"] in ("roofline", "profile")
+
+
+def test_predict_table_names_the_calibration_and_memory() -> None:
+    r = run_cli("predict", "--gpu", "l40s", "--method", "draft_model", "--draft", "llama-3.2-1b")
+    assert r.returncode == 0, r.stderr
+    assert "speedup" in r.stdout and "memory fits" in r.stdout
+    assert "no measured profile for l40s" in r.stdout
+
+
+def test_predict_rejects_bad_input_with_exit_2(tmp_path: Path) -> None:
+    cases = {
+        ("--gpu", "h900"): "known GPUs: a100-80g, b200, h100, h200",
+        ("--target", "gpt-5"): "known models:",
+        ("--method", "medusa"): "is not one of eagle3",
+        ("--k", "0"): "--k 0 must be from 1 to 16",
+        ("--acceptance", "1.5"): "--acceptance 1.5 must be in [0, 1)",
+        ("--method", "draft_model"): "needs --draft",
+    }
+    not_model = tmp_path / "config.json"
+    not_model.write_text(json.dumps({"model_max_length": 4096, "tokenizer_class": "X"}))
+    cases[("--target", str(not_model))] = "is not a model config.json"
+    for args, message in cases.items():
+        r = run_cli("predict", *args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert message in r.stderr.replace("\n", ""), (args, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_profiles_list_and_show() -> None:
+    r = run_cli("profiles", "list")
+    assert r.returncode == 0 and "roofline" in r.stdout
+    r = run_cli("profiles", "show", "roofline")
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["methods"]["draft_model"]["step_overhead_ms"] > 0
+    r = run_cli("profiles", "show", "nope")
+    assert r.returncode == 2 and "shipped profiles: " in r.stderr
