@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from advisor.acceptance import (
     acceptance_for,
@@ -121,3 +123,27 @@ def test_alpha_round_trips_through_vllm_counters() -> None:
 def test_the_default_profile_says_it_is_unmeasured_for_gpus_without_one() -> None:
     assert load_profile("l40s").calibration.kind == "roofline"
     assert "no measured profile for l40s" in load_profile("l40s").calibration.description
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    prompt=st.integers(8, 16000), output=st.integers(1, 4000), c50=st.integers(1, 256),
+    extra=st.integers(0, 256), task=st.sampled_from(["code", "chat", "unlabelled", "rag"]),
+    temperature=st.sampled_from([None, 0.0, 0.5, 1.0]),
+    method=st.sampled_from(["eagle3", "ngram", "suffix", "mtp"]),
+)  # fmt: skip
+def test_verdicts_are_consistent_with_their_intervals(
+    prompt, output, c50, extra, task, temperature, method
+) -> None:
+    v = score_segment(
+        segment(prompt, output, c50, c50 + extra, task, temperature), Deployment(method=method)
+    )
+    for iv in (v.acceptance, v.decode_speedup, v.e2e_speedup, v.throughput_change):
+        assert iv.low <= iv.value <= iv.high
+    assert 0.0 <= v.decode_share <= 1.0
+    assert v.e2e_speedup.value <= max(1.0, v.decode_speedup.value) + 1e-6  # Amdahl
+    if v.verdict == "enable":
+        assert v.e2e_speedup.low >= 1.10 and v.memory.fits
+    if v.e2e_speedup.high < 1.0 or not v.memory.fits:
+        assert v.verdict == "disable"
+    assert len(v.reasons) == 5 and (v.verdict != "try-it" or v.what_to_measure)
