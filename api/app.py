@@ -9,7 +9,7 @@ from pathlib import Path
 from fastapi import Depends, FastAPI
 
 from advisor.store import connect, default_db_path
-from api import errors, routes_imports, routes_jobs, routes_ops
+from api import errors, routes_calibrations, routes_imports, routes_jobs, routes_ops
 from api.auth import KeyRing
 from api.deps import Service, authorized
 from api.jobs import JobRunner, mark_interrupted
@@ -52,7 +52,7 @@ def create_app(
     errors.install(app)
     app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
 
-    for router in (routes_imports.router, routes_jobs.router):
+    for router in (routes_imports.router, routes_calibrations.router, routes_jobs.router):
         app.include_router(router, dependencies=[Depends(authorized)])
     app.include_router(routes_ops.router)
     return app

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -346,3 +347,43 @@ def test_serve_warns_when_binding_beyond_loopback_without_a_key(db_path: Path) -
     )  # fmt: skip
     assert "no API key" in run.stderr
     assert run.returncode != 0
+
+
+# --- calibrations ---------------------------------------------------------------------------
+
+
+def _store_calibration(con: duckdb.DuckDBPyConnection, bandwidth: float, status: str) -> int:
+    from calibration.records import CalibrationHeader, store_calibration
+
+    when = datetime(2026, 11, 30, 12, 0)
+    header = CalibrationHeader(
+        created_at=when, finished_at=when, status=status, gpu="h200", vllm_version="0.26.0",
+        target="llama-3.1-8b", method="eagle3", k=4,
+        profile={"bandwidth_efficiency": bandwidth, "methods": {"eagle3": {"overhead_ms": 2}}},
+    )  # fmt: skip
+    return store_calibration(con, header, [], [], {})
+
+
+def test_calibrations_list_get_and_diff(db_path: Path) -> None:
+    con = connect(db_path)
+    first = _store_calibration(con, 0.8, "complete")
+    second = _store_calibration(con, 0.6, "partial")
+    con.close()
+    with serve(db_path) as url, httpx.Client(base_url=url) as c:
+        listed = c.get("/v1/calibrations").json()
+        assert [(x["id"], x["status"]) for x in listed] == [
+            (first, "complete"),
+            (second, "partial"),
+        ]
+        one = c.get(f"/v1/calibrations/{second}").json()
+        assert one["profile"]["bandwidth_efficiency"] == 0.6
+        assert c.get("/v1/calibrations/latest").json()["id"] == first  # newest complete
+        missing = c.get("/v1/calibrations/99")
+        assert missing.status_code == 404
+        assert f"known: {first}, {second}" in missing.json()["detail"]
+        assert c.get("/v1/calibrations/abc").status_code == 400
+        diff = c.get(f"/v1/calibrations/{first}/diff/{second}").json()
+        assert diff["a"]["id"] == first and diff["b"]["id"] == second
+        [moved] = diff["drift"]
+        assert (moved["parameter"], moved["a"], moved["b"]) == ("bandwidth_efficiency", 0.8, 0.6)
+        assert moved["change_pct"] == pytest.approx(-25.0)
