@@ -60,11 +60,14 @@ def json_cell(text: str) -> str:
 def decoded(doc: str, keys: Sequence[str]) -> str:
     """`doc` with the named members parsed when they hold JSON text (CSV cells, stringified JSON).
 
-    A member that is already an object stays as it is; one that is absent or not JSON is dropped.
+    A member that is already an object, or plain text that is not JSON, stays as it is.
     """
-    members = [(k, f"({doc} ->> {sql_str('$.' + k)})") for k in keys]
-    pairs = ", ".join(f"{sql_str(k)}, {json_cell(text)}" for k, text in members)
-    return f"json_merge_patch({doc}, json_object({pairs}))"
+    pairs = []
+    for key in keys:
+        path = sql_str("$." + key)
+        parsed = json_cell(f"({doc} ->> {path})")
+        pairs.append(f"{sql_str(key)}, coalesce({parsed}, {doc} -> {path})")
+    return f"json_merge_patch({doc}, json_object({', '.join(pairs)}))"
 
 
 def instant(text: str) -> str:

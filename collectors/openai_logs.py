@@ -22,6 +22,9 @@ Three line shapes are read, told apart per line by which paths exist:
    file, so temperature etc. stay empty).
 3. A bare completion object per line (`{"object": "chat.completion", "usage": ..., ...}`).
 
+Detection needs one of these three in the first lines: a `request` (or `body`) object beside a
+completion `response`, a `custom_id` line with a completion `response.body`, or a bare completion.
+
 The arrival is the logged start, else the response's `created` (epoch seconds). The task label is
 read from `--task-key` (default `metadata.task`), a path into the whole line. Prompt text is the
 messages' contents (text parts joined) or `prompt`; output text is choices[0]'s message content or
@@ -52,13 +55,17 @@ def _is_completion(value: object) -> bool:
 
 
 def _is_log_line(record: dict) -> bool:
+    """A request + response pair, a Batch API output line, or a bare completion object.
+
+    A completion under `response` alone is not enough: LiteLLM's payload has one too.
+    """
     response = record.get("response")
-    if isinstance(response, dict) and (
-        _is_completion(response)
-        or _is_completion(response.get("body"))
-        or ("error" in response and isinstance(record.get("request"), dict))
-    ):
-        return True
+    request = record.get("request", record.get("body"))
+    if isinstance(response, dict):
+        if _is_completion(response.get("body")) and "custom_id" in record:
+            return True
+        if isinstance(request, dict) and (_is_completion(response) or "error" in response):
+            return True
     return record.get("object") in COMPLETION_OBJECTS and "choices" in record
 
 

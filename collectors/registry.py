@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from advisor.errors import BadInput
-from collectors import azure, burstgpt, generic, litellm, mooncake, openai_logs, sharegpt, specbench
+from collectors import (
+    azure,
+    burstgpt,
+    generic,
+    helicone,
+    langfuse,
+    litellm,
+    mooncake,
+    openai_logs,
+    sharegpt,
+    specbench,
+)
 from collectors.base import Collector
 
 COLLECTORS: tuple[Collector, ...] = (
     litellm.PAYLOAD,
     litellm.SPEND_LOGS,
+    langfuse.COLLECTOR,
+    helicone.COLLECTOR,
     openai_logs.COLLECTOR,
     azure.COLLECTOR,
     burstgpt.COLLECTOR,

@@ -205,3 +205,140 @@ def test_litellm_spend_logs_json_export(con):
     assert (row["prompt_tokens"], row["output_tokens"], row["temperature"]) == (2346, 334, 0.0)
     assert row["arrival_ts"] == datetime(2024, 6, 3, 15, 2, 27)
     assert (row["ttft_ms"], row["task"]) == (pytest.approx(258.0), "summarize")
+
+
+# --- Langfuse ---------------------------------------------------------------------------------
+
+LANGFUSE = DATA / "langfuse"
+
+
+def test_langfuse_json_export(con):
+    summary = ingest_file(con, LANGFUSE / "generations.json", store_text=True)
+    assert summary.format == "langfuse"
+    assert (summary.rows_read, summary.rows_accepted, summary.rows_rejected) == (31, 27, 4)
+
+    gen = request(con, "gen-0001")
+    assert (gen["prompt_tokens"], gen["output_tokens"]) == (213, 29)
+    assert (gen["temperature"], gen["top_p"], gen["max_tokens"]) == (0.5, 0.95, 512)
+    assert (gen["task"], gen["tenant"], gen["model"]) == ("classify", "globex", "gpt-4o-mini")
+    assert gen["arrival_ts"] == datetime(2024, 7, 1, 9, 0, 4, 250000)
+    assert gen["finish_ts"] == datetime(2024, 7, 1, 9, 0, 4, 870000)
+    assert (gen["ttft_ms"], gen["e2e_ms"]) == pytest.approx((185.0, 620.0))
+    assert gen["prompt_text"] == "You are an analyst.\nDoc 1: please classify."
+    assert gen["output_text"] == "Result 1"
+
+    old_sdk = request(con, "gen-0005")  # usage.promptTokens, string modelParameters, maxTokens
+    assert (old_sdk["prompt_tokens"], old_sdk["output_tokens"]) == (465, 97)
+    assert (old_sdk["temperature"], old_sdk["max_tokens"]) == (0.5, 1000)
+
+    text = request(con, "gen-0030")  # plain-text input/output, ttft from timeToFirstToken (s)
+    assert text["prompt_text"] == "Translate 'cat' to French." and text["output_text"] == "chat"
+    assert text["ttft_ms"] == pytest.approx(330.0)
+
+    assert rejects(con, summary.import_id) == {
+        27: "temperature 'creative' is not a number",
+        28: "prompt_tokens is missing",
+        29: "observation type SPAN is not a generation",
+        30: "generation failed: Error code: 400 - context_length_exceeded",
+    }
+
+
+def test_langfuse_jsonl_and_csv_exports(con):
+    jsonl = ingest_file(con, LANGFUSE / "generations.jsonl")
+    assert (jsonl.format, jsonl.rows_accepted, jsonl.rows_rejected) == ("langfuse", 6, 1)
+    assert rejects(con, jsonl.import_id) == {4: "line is not valid JSON (truncated or corrupt)"}
+    assert request(con, "gen-0043")["line"] == 5
+
+    table = ingest_file(con, LANGFUSE / "generations.csv")
+    assert (table.format, table.rows_accepted, table.rows_rejected) == ("langfuse", 12, 1)
+    assert rejects(con, table.import_id) == {14: "prompt_tokens is missing"}
+    row = request(con, "gen-0065")  # JSON cells: usage with promptTokens, string temperature
+    assert (row["prompt_tokens"], row["output_tokens"], row["temperature"]) == (4245, 1117, 0.5)
+    assert (row["task"], row["ttft_ms"]) == ("classify", pytest.approx(505.0))
+
+
+def test_langfuse_task_key_can_use_generation_name(con):
+    ingest_file(con, LANGFUSE / "generations.jsonl", options=Options(task_key="name"))
+    assert request(con, "gen-0040")["task"] == "summarize-step"
+
+
+# --- Helicone ---------------------------------------------------------------------------------
+
+HELICONE = DATA / "helicone"
+
+
+def test_helicone_json_export(con):
+    summary = ingest_file(con, HELICONE / "requests.json", store_text=True)
+    assert summary.format == "helicone"
+    assert (summary.rows_read, summary.rows_accepted, summary.rows_rejected) == (30, 27, 3)
+
+    req = request(con, "9a1e0001-1111-4222-8333-000000000001")
+    assert (req["prompt_tokens"], req["output_tokens"]) == (119, 38)
+    assert (req["temperature"], req["top_p"], req["max_tokens"]) == (0.6, 1.0, 700)
+    assert (req["task"], req["tenant"]) == ("code", "user-1")
+    assert req["model"] == "gpt-4o-mini-2024-07-18"
+    assert req["arrival_ts"] == datetime(2024, 8, 2, 0, 1, 5, 123000)
+    assert req["finish_ts"] == datetime(2024, 8, 2, 0, 1, 5, 811000)
+    assert (req["ttft_ms"], req["e2e_ms"]) == (156.0, 688.0)
+    assert (req["prompt_text"], req["output_text"]) == ("Ask 1: code", "Ans 1")
+
+    assert rejects(con, summary.import_id) == {
+        28: "request failed with status 429",
+        29: "prompt_tokens is missing",
+        30: "temperature 'default' is not a number",
+    }
+
+
+def test_helicone_jsonl_and_csv_exports(con):
+    jsonl = ingest_file(con, HELICONE / "requests.jsonl")
+    assert (jsonl.format, jsonl.rows_accepted, jsonl.rows_rejected) == ("helicone", 6, 1)
+    assert rejects(con, jsonl.import_id) == {3: "line is not valid JSON (truncated or corrupt)"}
+
+    table = ingest_file(con, HELICONE / "requests.csv")
+    assert (table.format, table.rows_accepted, table.rows_rejected) == ("helicone", 12, 1)
+    assert rejects(con, table.import_id) == {14: "output_tokens 'n/a' is not a number"}
+    row = request(con, "9a1e0061-1111-4222-8333-000000000061")  # ClickHouse-style timestamps
+    assert row["arrival_ts"] == datetime(2024, 8, 2, 0, 6, 5, 123000)
+    assert (row["prompt_tokens"], row["temperature"], row["task"]) == (1859, 0.6, "code")
+
+
+# --- Detection ----------------------------------------------------------------------------------
+
+MINE = {"openai", "litellm", "litellm_spendlogs", "langfuse", "helicone", "vllm"}
+SAMPLES = {
+    OPENAI: "openai",
+    OPENAI_BATCH: "openai",
+    LITELLM_PAYLOAD: "litellm",
+    SPEND_CSV: "litellm_spendlogs",
+    SPEND_JSON: "litellm_spendlogs",
+    LANGFUSE / "generations.json": "langfuse",
+    LANGFUSE / "generations.jsonl": "langfuse",
+    LANGFUSE / "generations.csv": "langfuse",
+    HELICONE / "requests.json": "helicone",
+    HELICONE / "requests.jsonl": "helicone",
+    HELICONE / "requests.csv": "helicone",
+}
+
+
+@pytest.mark.parametrize(("path", "name"), SAMPLES.items(), ids=[p.name for p in SAMPLES])
+def test_detection_is_unambiguous(path, name):
+    claims = detected(path)
+    assert claims[0] == name  # the first claim is the one ingest uses
+    assert [c for c in claims if c in MINE] == [name]
+    assert "azure" not in claims
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "request_id,prompt_tokens,completion_tokens,created_at\nr1,10,5,2024-01-01\n",
+        '{"id": "x", "startTime": 1, "prompt_tokens": 3, "completion_tokens": 4}\n',
+        '[{"request_id": "r", "prompt_tokens": 3, "completion_tokens": 4, "model": "m"}]\n',
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,10,5\n",
+    ],
+    ids=["generic-csv", "generic-jsonl", "generic-json", "azure"],
+)
+def test_generic_exports_are_not_taken_for_log_formats(tmp_path, content):
+    path = tmp_path / "export.txt"
+    path.write_text(content)
+    assert not set(detected(path)) & MINE
