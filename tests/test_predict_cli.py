@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 
@@ -56,3 +58,22 @@ def test_profiles_list_and_show() -> None:
     assert json.loads(r.stdout)["methods"]["draft_model"]["step_overhead_ms"] > 0
     r = run_cli("profiles", "show", "nope")
     assert r.returncode == 2 and "shipped profiles: " in r.stderr
+
+
+def test_predict_takes_a_user_catalogue_and_a_local_config(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.json"
+    gpu = {"memory_gb": 40, "hbm_bandwidth_gbs": 1000, "bf16_tflops": 200, "source": "lab"}
+    catalog.write_text(json.dumps({"gpus": {"lab-gpu": gpu}}))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+        "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+        "num_key_value_heads": 4, "vocab_size": 152064, "torch_dtype": "bfloat16",
+    }))  # fmt: skip
+    r = run_cli("predict", "--catalog", str(catalog), "--gpu", "lab-gpu", "--target",
+                str(config), "--method", "ngram", "--format", "json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    # Qwen2.5-7B shapes: 7.62B params in bf16 = 15.23 GB of weights.
+    assert got["memory"]["target_weights_gb"] == pytest.approx(15.23, abs=0.01)
+    assert got["memory"]["gpu_memory_gb"] == 40

@@ -147,3 +147,17 @@ def test_verdicts_are_consistent_with_their_intervals(
     if v.e2e_speedup.high < 1.0 or not v.memory.fits:
         assert v.verdict == "disable"
     assert len(v.reasons) == 5 and (v.verdict != "try-it" or v.what_to_measure)
+
+
+def test_tensor_parallelism_splits_the_weights_across_gpus() -> None:
+    small = segment(prompt=1000, output=200, c50=2, c95=4)
+    one = score_segment(small, Deployment(gpu="h100", target="llama-3.1-70b"))
+    assert one.verdict == "disable" and not one.memory.fits
+    assert "Even without speculation" in next(r for r in one.reasons if r.startswith("Spare"))
+    # 141 GB of bf16 weights + a 2.8 GB EAGLE-3 head: 2 x H100 (144 GB budget) is not enough.
+    assert not score_segment(
+        small, Deployment(gpu="h100", target="llama-3.1-70b", tp=2)
+    ).memory.fits
+    four = score_segment(small, Deployment(gpu="h100", target="llama-3.1-70b", tp=4))
+    assert four.memory.fits
+    assert four.memory.budget_gb == pytest.approx(4 * 80 * 0.9)
