@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -106,12 +107,14 @@ def ingest_file(
         raise AssertionError(f"collector {collector.name} must select a `line` column")
     staging = normalized_sql(collector_sql, columns, collector.required, reader == "jsonl")
 
-    with transaction(con):
+    with _interrupt_is_keyboard(), transaction(con):
         if csv_reader:
             con.execute(f"DROP TABLE IF EXISTS temp.{_CSV_REJECTS}")
         try:
             _run_with_progress(con, f"CREATE TEMP TABLE staged AS {staging}", on_progress)
         except duckdb.Error as exc:
+            if isinstance(exc, duckdb.InterruptException):
+                raise
             raise BadInput(
                 f"{path} cannot be read as {collector.name}: {str(exc).splitlines()[0]}"
             ) from None
@@ -145,6 +148,20 @@ def ingest_file(
         rows_read=rows_read, rows_accepted=rows_read - rows_rejected, rows_rejected=rows_rejected,
         started_at=started, finished_at=finished,
     )  # fmt: skip
+
+
+@contextmanager
+def _interrupt_is_keyboard() -> Iterator[None]:
+    """Ctrl-C during a query surfaces from DuckDB as an error; raise it as what it is.
+
+    The transaction inside has already rolled back when this sees the error.
+    """
+    try:
+        yield
+    except (duckdb.InterruptException, RuntimeError) as exc:
+        if not isinstance(exc, duckdb.InterruptException) and "interrupted" not in str(exc):
+            raise
+        raise KeyboardInterrupt from None
 
 
 def _now() -> datetime:

@@ -14,6 +14,7 @@ from collectors import (
     openai_logs,
     sharegpt,
     specbench,
+    vllm_log,
 )
 from collectors.base import Collector
 
@@ -22,6 +23,7 @@ COLLECTORS: tuple[Collector, ...] = (
     litellm.SPEND_LOGS,
     langfuse.COLLECTOR,
     helicone.COLLECTOR,
+    vllm_log.COLLECTOR,
     openai_logs.COLLECTOR,
     azure.COLLECTOR,
     burstgpt.COLLECTOR,

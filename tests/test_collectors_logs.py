@@ -7,7 +7,7 @@ a real DuckDB file; the assertions pin counts, field values and rejects with the
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -302,6 +302,77 @@ def test_helicone_jsonl_and_csv_exports(con):
     assert (row["prompt_tokens"], row["temperature"], row["task"]) == (1859, 0.6, "code")
 
 
+# --- vLLM server logs -------------------------------------------------------------------------
+
+VLLM = DATA / "vllm"
+
+
+def log_year(month: int, day: int) -> int:
+    """vLLM's default log dates have no year: the most recent year not in the future."""
+    today = datetime.now(UTC).date()
+    return today.year - 1 if date(today.year, month, day) > today else today.year
+
+
+def test_vllm_server_log_joins_requests_with_outputs(con):
+    summary = ingest_file(con, VLLM / "server.log", store_text=True)
+    assert summary.format == "vllm"
+    assert (summary.rows_read, summary.rows_accepted, summary.rows_rejected) == (29, 26, 3)
+
+    year = log_year(8, 21)
+    req = request(con, "chatcmpl-5a181dab0003")
+    assert req["line"] == 18
+    assert (req["prompt_tokens"], req["output_tokens"]) == (109, 17)  # lengths of the id lists
+    assert (req["temperature"], req["top_p"], req["max_tokens"]) == (0.2, 1.0, 2048)
+    assert req["arrival_ts"] == datetime(year, 8, 21, 14, 0, 9)
+    assert req["finish_ts"] == datetime(year, 8, 21, 14, 0, 10)
+    assert req["task"] is None and req["ttft_ms"] is None and req["e2e_ms"] is None
+    assert req["prompt_text"].startswith("<|begin_of_text|><|start_header_id|>user")
+    assert "\n\nQuestion 3: what is next?" in req["prompt_text"]
+    assert req["output_text"] == "Answer 3: it's fine.\nDone."  # repr() escapes undone
+
+    streamed = request(con, "chatcmpl-5a1a2b8a0020")  # delta token ids are summed
+    assert (streamed["prompt_tokens"], streamed["output_tokens"]) == (500, 85)
+    assert streamed["output_text"].strip() == "part0 part1"
+
+    assert rejects(con, summary.import_id) == {
+        117: "no output line for this request (vLLM logs outputs with --enable-log-outputs)",
+        118: "request was aborted (client disconnected)",
+        119: "request line is incomplete (no params logged)",
+    }
+
+
+def test_vllm_debug_log_of_newer_versions(con):
+    summary = ingest_file(con, VLLM / "server_debug.log", store_text=True)
+    assert (summary.format, summary.rows_accepted, summary.rows_rejected) == ("vllm", 5, 1)
+    req = request(con, "cmpl-beef02-0")  # token ids from the DEBUG `details` lines
+    assert (req["prompt_tokens"], req["output_tokens"], req["temperature"]) == (120, 22, 0.2)
+    assert req["arrival_ts"] == datetime(log_year(11, 3), 11, 3, 9, 0, 10)
+    assert req["prompt_text"] == "def add(a, b):"
+    assert rejects(con, summary.import_id) == {
+        23: "output token ids not logged (vLLM 0.11+ logs them only at --log-level DEBUG)"
+    }
+
+
+def test_vllm_old_format_with_full_timestamps(con, tmp_path):
+    params = "SamplingParams(n=1, temperature=0.8, top_p=0.95, top_k=-1, max_tokens=None)"
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "2024-05-06 10:21:31,250 INFO [logger.py:39] Received request cmpl-7-0: prompt: "
+        f"'a, params: b', params: {params}, prompt_token_ids: [1, 2, 3], lora_request: None,"
+        " prompt_adapter_request: None.\n"
+        "2024-05-06 10:21:33,500 INFO [logger.py:60] Generated response cmpl-7-0: output:"
+        " 'xy', output_token_ids: [4, 5], finish_reason: stop\n"
+    )
+    summary = ingest_file(con, log, store_text=True)
+    assert (summary.format, summary.rows_accepted) == ("vllm", 1)
+    req = request(con, "cmpl-7-0")
+    assert (req["prompt_tokens"], req["output_tokens"], req["max_tokens"]) == (3, 2, None)
+    assert (req["temperature"], req["top_p"]) == (0.8, 0.95)
+    assert req["arrival_ts"] == datetime(2024, 5, 6, 10, 21, 31, 250000)
+    assert req["finish_ts"] == datetime(2024, 5, 6, 10, 21, 33, 500000)
+    assert req["prompt_text"] == "a, params: b"
+
+
 # --- Detection ----------------------------------------------------------------------------------
 
 MINE = {"openai", "litellm", "litellm_spendlogs", "langfuse", "helicone", "vllm"}
@@ -317,6 +388,8 @@ SAMPLES = {
     HELICONE / "requests.json": "helicone",
     HELICONE / "requests.jsonl": "helicone",
     HELICONE / "requests.csv": "helicone",
+    VLLM / "server.log": "vllm",
+    VLLM / "server_debug.log": "vllm",
 }
 
 
@@ -335,8 +408,9 @@ def test_detection_is_unambiguous(path, name):
         '{"id": "x", "startTime": 1, "prompt_tokens": 3, "completion_tokens": 4}\n',
         '[{"request_id": "r", "prompt_tokens": 3, "completion_tokens": 4, "model": "m"}]\n',
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,10,5\n",
+        "INFO 05-06 10:21:31 [engine.py:310] Added request chatcmpl-1.\n",
     ],
-    ids=["generic-csv", "generic-jsonl", "generic-json", "azure"],
+    ids=["generic-csv", "generic-jsonl", "generic-json", "azure", "vllm-without-requests"],
 )
 def test_generic_exports_are_not_taken_for_log_formats(tmp_path, content):
     path = tmp_path / "export.txt"
