@@ -8,8 +8,9 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI
 
+from advisor.catalog import load_catalog
 from advisor.store import connect, default_db_path
-from api import errors, routes_calibrations, routes_imports, routes_jobs, routes_ops
+from api import errors, routes_advice, routes_calibrations, routes_imports, routes_jobs, routes_ops
 from api.auth import KeyRing
 from api.deps import Service, authorized
 from api.jobs import JobRunner, mark_interrupted
@@ -35,6 +36,7 @@ def create_app(
         jobs=JobRunner(con),
         metrics=Metrics(),
         max_upload_bytes=max_upload_bytes,
+        catalog=load_catalog(),
     )
 
     @asynccontextmanager
@@ -52,7 +54,12 @@ def create_app(
     errors.install(app)
     app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
 
-    for router in (routes_imports.router, routes_calibrations.router, routes_jobs.router):
+    for router in (
+        routes_advice.router,
+        routes_imports.router,
+        routes_calibrations.router,
+        routes_jobs.router,
+    ):
         app.include_router(router, dependencies=[Depends(authorized)])
     app.include_router(routes_ops.router)
     return app

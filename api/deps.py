@@ -12,6 +12,10 @@ import duckdb
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 
+from advisor.catalog import Catalog, get_gpu, get_model
+from advisor.errors import BadInput
+from advisor.profile import Profile, load_profile, profile_names
+from advisor.schemas import Deployment
 from api.auth import KeyRing, bearer, require_key
 from api.jobs import JobRunner
 from api.metrics import Metrics
@@ -31,24 +35,54 @@ class Service:
     jobs: JobRunner
     metrics: Metrics
     max_upload_bytes: int
+    catalog: Catalog
     # One import at a time: imports are the writers; readers never wait for this lock.
     writer: threading.Lock = field(default_factory=threading.Lock)
+    _profiles: dict[tuple[str, str | None], Profile] = field(default_factory=dict)
+
+    def check_names(self, dep: Deployment) -> None:
+        """BadInput (400) listing the valid names unless every name is in the catalogue.
+
+        Checked here, before the advisor sees them, because the advisor would take a name that
+        looks like a path as a config file to read.
+        """
+        get_gpu(dep.gpu, self.catalog)
+        for field_name, name in (("target", dep.target), ("draft", dep.draft)):
+            if name is not None and name.lower() not in self.catalog.models:
+                known = ", ".join(sorted(self.catalog.models))
+                raise BadInput(f"unknown model {name!r} in {field_name}; known models: {known}.")
+        get_model(dep.target, self.catalog)
+
+    def profile(self, gpu: str, name: str | None) -> Profile:
+        """advisor.profile.load_profile, read once per (gpu, name): shipped profiles are static."""
+        key = (gpu.lower(), name)
+        if key not in self._profiles:
+            if name is not None and name not in profile_names():
+                known = ", ".join(profile_names())
+                raise BadInput(f"unknown profile {name!r}; shipped profiles: {known}.")
+            self._profiles[key] = load_profile(gpu, name)
+        return self._profiles[key]
 
 
-def service(request: Request) -> Service:
+# The dependencies below are `async def` although they never await: FastAPI runs a plain `def`
+# dependency in a worker thread, and a thread hop per dependency per request is most of the
+# cost of a fast endpoint.
+
+
+async def service(request: Request) -> Service:
     return request.app.state.service
 
 
 def cursor(request: Request) -> Iterator[duckdb.DuckDBPyConnection]:
     """A cursor of the process-wide connection for this request, closed after it."""
-    cur = service(request).con.cursor()
+    cur = request.app.state.service.con.cursor()
     try:
         yield cur
     finally:
         cur.close()
 
 
-def authorized(
+async def authorized(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> None:

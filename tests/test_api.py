@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import socket
 import subprocess
@@ -88,6 +89,60 @@ def test_openapi_document_lists_versioned_routes(client: httpx.Client) -> None:
     assert {"/healthz", "/readyz", "/metrics", "/v1/jobs/{job_id}"} <= paths
     upload = doc["paths"]["/v1/imports"]["post"]["requestBody"]["content"]
     assert {"multipart/form-data", "application/octet-stream"} <= set(upload)
+
+
+# --- advice -------------------------------------------------------------------------------
+
+
+def test_predict_returns_what_advisor_predict_prints(client: httpx.Client) -> None:
+    body = {"gpu": "h100", "method": "draft_model", "draft": "llama-3.2-1b", "k": 3,
+            "acceptance": 0.6, "batch": 4, "prompt_tokens": 1024, "output_tokens": 128}  # fmt: skip
+    r = client.post("/v1/predict", json=body)
+    assert r.status_code == 200, r.text
+    cli = subprocess.run(
+        [sys.executable, "-m", "cli", "predict", "--gpu", "h100", "--method", "draft_model",
+         "--draft", "llama-3.2-1b", "--k", "3", "--acceptance", "0.6", "--batch", "4",
+         "--prompt-tokens", "1024", "--output-tokens", "128", "--format", "json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert r.json() == json.loads(cli.stdout)
+    auto = client.post("/v1/predict", json={"batch": 2}).json()
+    assert 1 <= auto["k"] <= 16 and auto["deployment"]["k"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        ({"gpu": "h900"}, "h200"),
+        ({"target": "llama-9"}, "llama-3.1-8b"),
+        ({"target": "config.json"}, "llama-3.1-8b"),  # a path is never opened over HTTP
+        ({"method": "draft_model", "draft": "tiny"}, "llama-3.2-1b"),
+        ({"profile": "nope"}, "roofline"),
+    ],
+)
+def test_predict_unknown_names_get_400_with_the_valid_ones(
+    client: httpx.Client, body: dict, names: str
+) -> None:
+    r = client.post("/v1/predict", json=body)
+    assert r.status_code == 400, r.text
+    assert names in r.json()["detail"]
+    _no_trace(r)
+
+
+def test_predict_invalid_body_names_each_bad_field(client: httpx.Client) -> None:
+    r = client.post(
+        "/v1/predict",
+        json={"acceptance": 1.5, "batch": 0, "k": 99, "method": "magic", "target": "../x"},
+    )
+    assert r.status_code == 422
+    paths = {e["path"] for e in r.json()["errors"]}
+    assert paths == {"body.acceptance", "body.batch", "body.k", "body.method", "body.target"}
+    bad_json = client.post(
+        "/v1/predict", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert bad_json.status_code == 422
+    _no_trace(bad_json)
 
 
 # --- imports --------------------------------------------------------------------------------
