@@ -13,9 +13,10 @@ from datetime import datetime
 from typing import Literal
 
 import duckdb
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from advisor.errors import BadInput
+from advisor.profile import Profile
 from advisor.schemas import CalibrationRef
 from advisor.store import scalar
 
@@ -206,6 +207,27 @@ def usable(cal: StoredCalibration, *, allow_partial: bool = False) -> StoredCali
             "(or run `advisor calibrate` again to completion)."
         )
     return cal
+
+
+def profile_for(
+    con: duckdb.DuckDBPyConnection, calibration_id: str | int, *, allow_partial: bool = False
+) -> Profile:
+    """The Profile a stored calibration fitted, naming that calibration as its source.
+
+    BadInput for an unknown id, for a partial calibration unless `allow_partial`, and for a
+    stored profile this version of the advisor cannot read.
+    """
+    cal = usable(get_calibration(con, calibration_id), allow_partial=allow_partial)
+    try:
+        fitted = Profile.model_validate(cal.profile)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BadInput(
+            f"Calibration {cal.id} stores a profile this advisor cannot read (field {where}: "
+            f"{first['msg']}); run `advisor calibrate` again."
+        ) from None
+    return fitted.model_copy(update={"calibration": cal.ref()})
 
 
 def _numeric_leaves(value: object, prefix: str = "") -> dict[str, float]:

@@ -24,11 +24,11 @@ import numpy as np
 from pydantic import BaseModel, Field
 from sklearn.linear_model import Ridge
 
-# Text features: structured output (JSON, code, SQL) is dense in these characters.
+# Text features: structured output (JSON, code, SQL) is dense in these characters. Density is
+# counted per 10 characters so that, like every other feature, one unit is a sizeable change.
 _STRUCTURE_CHARS = set('{}[]()<>:;=,"')
 _WORD = re.compile(r"\w+|[^\w\s]")
 NUMERIC = ("temperature", "log_prompt_tokens", "log_output_tokens")
-TEXT = ("punctuation_density", "prompt_copy_overlap")
 # Below three segments there is no out-of-sample residual; this logit spread (about +-6
 # percentage points at alpha = 0.5) keeps such an interval from claiming a precision it lacks.
 MIN_LOGIT_SIGMA = 0.25
@@ -114,7 +114,9 @@ class AcceptanceFit(BaseModel):
     methods: list[str]
     tasks: list[str]
     temperature_range: tuple[float, float]
-    uses_text: bool
+    text_names: list[str] = Field(
+        default_factory=list, description="text features used (every segment had them)"
+    )
     task_text_means: dict[str, dict[str, float]] = Field(default_factory=dict)
     mean_bootstrap_var: float = Field(
         default=0.0, description="logit-scale variance of the fitted mean, averaged over segments"
@@ -122,7 +124,7 @@ class AcceptanceFit(BaseModel):
 
     def predict(self, query: Query, level: float = 0.9) -> Band:
         """Acceptance and its `level` prediction interval at one point."""
-        feats = features_of(query, self.uses_text, self.task_text_means)
+        feats = features_of(query, self.text_names, self.task_text_means)
         return _band(self.model, feats, level)
 
     def profile_logits(self) -> list[dict[str, object]]:
@@ -131,20 +133,25 @@ class AcceptanceFit(BaseModel):
         That form has no text features, so each task's mean text features fold into its task
         term; its single logit-scale sd is the residual spread plus the bootstrap spread
         averaged over the fitted segments. Only tasks that were replayed get a task term.
+        Task labels are matched lower-cased by the advisor, as they are stored here.
         """
         c = self.model.coefficients
+        tasks = {}
+        for task in self.tasks:
+            text = self.task_text_means.get(task, {})
+            tasks[task] = c.get(f"task={task}", 0.0) + sum(
+                c.get(name, 0.0) * value for name, value in text.items()
+            )
+        # Centre the task terms on their mean: a task that was not replayed then gets the
+        # average of those that were, instead of an arbitrary reference level.
+        centre = float(np.mean(list(tasks.values()))) if tasks else 0.0
+        tasks = {task: value - centre for task, value in tasks.items()}
         entries = []
         for method in self.methods:
-            tasks = {}
-            for task in self.tasks:
-                text = self.task_text_means.get(task, {})
-                tasks[task] = c.get(f"task={task}", 0.0) + sum(
-                    c.get(name, 0.0) * value for name, value in text.items()
-                )
             entries.append(
                 {
                     "method": method,
-                    "intercept": self.model.intercept + c.get(f"method={method}", 0.0),
+                    "intercept": self.model.intercept + centre + c.get(f"method={method}", 0.0),
                     "task": tasks,
                     "temperature": c.get("temperature", 0.0),
                     "log_prompt": c.get("log_prompt_tokens", 0.0),
@@ -185,21 +192,21 @@ def alpha_from_counters(num_drafts: int, num_draft_tokens: int, num_accepted: in
 
 
 def text_features(prompts: Sequence[str], outputs: Sequence[str] | None = None) -> dict[str, float]:
-    """Mean punctuation density of the prompts and, with outputs, their prompt-copy overlap.
-
-    Overlap is the share of the output's word 3-grams that also occur in its prompt: what
-    n-gram / prompt-lookup drafting feeds on (Saxena, 2023, "Prompt Lookup Decoding").
-    """
+    """Mean structure-character density of the prompts (per 10 non-space characters) and, when
+    outputs are given, their prompt-copy overlap: the share of the output's word 3-grams that
+    also occur in its prompt, what n-gram / prompt-lookup drafting feeds on (Saxena, 2023,
+    "Prompt Lookup Decoding")."""
     density = [
-        sum(c in _STRUCTURE_CHARS for c in p) / max(1, len(p) - p.count(" ")) for p in prompts
+        10 * sum(c in _STRUCTURE_CHARS for c in p) / max(1, len(p) - p.count(" ")) for p in prompts
     ]
-    result = {"punctuation_density": float(np.mean(density)) if density else 0.0}
-    overlaps = []
-    for prompt, output in zip(prompts, outputs or [], strict=False):
-        out_grams = _trigrams(output)
-        if out_grams:
-            overlaps.append(len(out_grams & _trigrams(prompt)) / len(out_grams))
-    result["prompt_copy_overlap"] = float(np.mean(overlaps)) if overlaps else 0.0
+    result = {"punctuation_per_10_chars": float(np.mean(density)) if density else 0.0}
+    if outputs:
+        overlaps = []
+        for prompt, output in zip(prompts, outputs, strict=False):
+            out_grams = _trigrams(output)
+            if out_grams:
+                overlaps.append(len(out_grams & _trigrams(prompt)) / len(out_grams))
+        result["prompt_copy_overlap"] = float(np.mean(overlaps)) if overlaps else 0.0
     return result
 
 
@@ -209,7 +216,9 @@ def _trigrams(text: str) -> set[tuple[str, ...]]:
 
 
 def features_of(
-    point: Observation | Query, uses_text: bool, task_text_means: dict[str, dict[str, float]]
+    point: Observation | Query,
+    text_names: Sequence[str],
+    task_text_means: dict[str, dict[str, float]],
 ) -> dict[str, float]:
     """Named features of one point; text features fall back to the task's mean when absent."""
     feats = {
@@ -220,10 +229,9 @@ def features_of(
         "log_prompt_tokens": math.log1p(point.prompt_tokens),
         "log_output_tokens": math.log1p(point.output_tokens),
     }
-    if uses_text:
-        given = point.text_features or task_text_means.get(point.task, {})
-        for name in TEXT:
-            feats[name] = float(given.get(name, 0.0))
+    given = point.text_features or task_text_means.get(point.task, {})
+    for name in text_names:
+        feats[name] = float(given.get(name, 0.0))
     return feats
 
 
@@ -245,14 +253,17 @@ def _logit_se(obs: Observation) -> float:
 def _fit_once(
     x: np.ndarray, y: np.ndarray, w: np.ndarray, names: list[str], ridge: float
 ) -> dict[str, float]:
-    """Ridge on standardised columns, returned as raw-unit coefficients with 'intercept'."""
+    """Ridge on centred columns in their natural units, as raw coefficients with 'intercept'.
+
+    Columns are not scaled to unit variance on purpose: the penalty then says "an effect is a
+    logit or so per unit" (per task, per unit of temperature, per e-fold of length). A feature
+    that barely varies among few segments (two segments whose output lengths differ by 3%)
+    cannot soak up their difference with a huge slope that would extrapolate wildly.
+    """
     mean = np.average(x, axis=0, weights=w)
-    scale = np.sqrt(np.average((x - mean) ** 2, axis=0, weights=w))
-    scale[scale < 1e-9] = 1.0
-    model = Ridge(alpha=ridge).fit((x - mean) / scale, y, sample_weight=w)
-    raw = model.coef_ / scale
-    coefs = {name: float(c) for name, c in zip(names, raw, strict=True)}
-    coefs["intercept"] = float(model.intercept_ - np.dot(raw, mean))
+    model = Ridge(alpha=ridge).fit(x - mean, y, sample_weight=w)
+    coefs = {name: float(c) for name, c in zip(names, model.coef_, strict=True)}
+    coefs["intercept"] = float(model.intercept_ - np.dot(model.coef_, mean))
     return coefs
 
 
@@ -285,7 +296,7 @@ def _normal_quantile(p: float) -> float:
 def fit_acceptance(
     observations: Sequence[Observation],
     *,
-    ridge: float = 0.3,
+    ridge: float = 0.1,
     n_bootstrap: int = 200,
     level: float = 0.9,
     seed: int = 0,
@@ -294,13 +305,12 @@ def fit_acceptance(
     if not observations:
         raise ValueError("no segment drafted any token: there is no acceptance to fit")
     obs = list(observations)
-    uses_text = all(o.text_features for o in obs)
+    text_names = sorted(set.intersection(*(set(o.text_features or {}) for o in obs)))
     task_text_means: dict[str, dict[str, float]] = {}
-    if uses_text:
-        for task in sorted({o.task for o in obs}):
-            rows = [o.text_features or {} for o in obs if o.task == task]
-            task_text_means[task] = {n: float(np.mean([r.get(n, 0.0) for r in rows])) for n in TEXT}
-    feats = [features_of(o, uses_text, task_text_means) for o in obs]
+    for task in sorted({o.task for o in obs}) if text_names else []:
+        rows = [o.text_features or {} for o in obs if o.task == task]
+        task_text_means[task] = {n: float(np.mean([r[n] for r in rows])) for n in text_names}
+    feats = [features_of(o, text_names, task_text_means) for o in obs]
     names = sorted({name for f in feats for name in f})
     x = np.array([[f.get(n, 0.0) for n in names] for f in feats])
     y = _logit(np.array([o.alpha for o in obs]))
@@ -366,7 +376,7 @@ def fit_acceptance(
         methods=sorted({o.method for o in obs}),
         tasks=sorted({o.task for o in obs}),
         temperature_range=(min(temps), max(temps)),
-        uses_text=uses_text,
+        text_names=text_names,
         task_text_means=task_text_means,
         mean_bootstrap_var=float(np.mean(boot_var)),
     )

@@ -55,7 +55,7 @@ class SegmentSummary(BaseModel):
         return Observation(
             segment_key=self.segment_key,
             method=method,
-            task=self.task or "unlabelled",
+            task=(self.task or "unlabelled").strip().lower(),
             temperature=self.temperature or 0.0,
             prompt_tokens=self.prompt_tokens,
             output_tokens=self.output_tokens,

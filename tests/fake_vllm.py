@@ -5,7 +5,8 @@ It answers what the calibration client uses: /health, /version, /v1/models, stre
 vLLM's spec-decode counters. A speculative fake drafts k tokens per step and accepts a prefix
 whose per-token acceptance depends on the prompt (structured text drafts well, prose does not, a
 higher temperature lowers it), so tests can check that a calibration recovers a known ordering.
-It also counts the requests it got, so a test can prove that a command touched no server.
+It also counts the requests it got, so a test can prove that a command touched no server, and
+can be told to fail every completion after the first N (an engine that died mid-run).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def default_alpha(prompt: str, temperature: float) -> float:
     and lower again at higher temperature."""
     text = prompt.replace(" ", "")
     density = sum(c in STRUCTURED for c in text) / max(1, len(text))
-    base = 0.85 if density > 0.08 else 0.55
+    base = 0.85 if density > 0.05 else 0.55
     return max(0.05, base - 0.3 * temperature)
 
 
@@ -41,6 +42,7 @@ class FakeVllm:
     model: str = "fake-model"
     step_s: float = 0.001
     alpha_fn: Callable[[str, float], float] = default_alpha
+    fail_after: int | None = None  # completions answered before it fails every request (HTTP 500)
     url: str = ""
     hits: dict[str, int] = field(default_factory=dict)
     drafts: int = 0
@@ -143,6 +145,9 @@ def _handler(state: FakeVllm) -> type[BaseHTTPRequestHandler]:
                 self.send_error(404)
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if state.fail_after is not None and state.hits[self.path] > state.fail_after:
+                self.send_error(500, "engine dead")
+                return
             prompt = body["prompt"]
             text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
             prompt_tokens = len(prompt) if isinstance(prompt, list) else len(text.split())

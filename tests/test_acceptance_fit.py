@@ -73,7 +73,8 @@ def test_counter_inversion_uses_measured_draft_length():
 def test_text_features_separate_structured_from_prose():
     structured = text_features(['{"id": 1, "tags": ["a", "b"]}', "SELECT a, b FROM t WHERE x=1;"])
     prose = text_features(["Write a short story about a lighthouse keeper and the sea."])
-    assert structured["punctuation_density"] > 3 * prose["punctuation_density"]
+    assert structured["punctuation_per_10_chars"] > 3 * prose["punctuation_per_10_chars"]
+    assert "prompt_copy_overlap" not in structured  # no outputs, no overlap feature
     copy = text_features(
         ["rename the field user_id to account_id in this record"],
         ["rename the field user_id to account_id in this record please"],
@@ -112,8 +113,10 @@ def test_fit_recovers_known_relationships():
 def test_few_segments_give_honest_wide_intervals():
     """Two segments: the fit still orders them, but no interval claims to be tight."""
     rng = np.random.default_rng(3)
-    obs = [simulate("json", 0.0, 128.0, rng), simulate("story", 1.0, 128.0, rng)]
+    obs = [simulate("json", 0.0, 128.0, rng), simulate("story", 1.0, 124.0, rng)]
     fit = fit_acceptance(obs, n_bootstrap=50)
+    # a length that barely differs must not soak up the difference (and extrapolate wildly)
+    assert abs(fit.model.coefficients["log_output_tokens"]) < 0.1
     json_band = fit.predict(Query(method="eagle3", task="json", output_tokens=128))
     story_band = fit.predict(
         Query(method="eagle3", task="story", temperature=1.0, output_tokens=128)
@@ -138,15 +141,18 @@ def test_text_features_enter_the_model_when_every_segment_has_text():
                     "num_accepted_tokens": accepted,
                     "num_drafts": drafts,
                     "num_draft_tokens": drafts * 4,
-                    "text_features": {"punctuation_density": 0.05, "prompt_copy_overlap": overlap},
+                    "text_features": {
+                        "punctuation_per_10_chars": 0.5,
+                        "prompt_copy_overlap": overlap,
+                    },
                 }
             )
         )
     fit = fit_acceptance(obs, n_bootstrap=50)
-    assert fit.uses_text
+    assert fit.text_names == ["prompt_copy_overlap", "punctuation_per_10_chars"]
     assert fit.model.coefficients["prompt_copy_overlap"] == pytest.approx(3.0, abs=0.8)
     one_without_text = [*obs[:3], obs[3].model_copy(update={"text_features": None})]
-    assert fit_acceptance(one_without_text).uses_text is False
+    assert fit_acceptance(one_without_text).text_names == []
 
 
 def test_no_observations_is_an_error():
@@ -176,3 +182,11 @@ def test_profile_form_reproduces_the_fit():
         )
         assert 1 / (1 + math.exp(-z)) == pytest.approx(expected.value, abs=1e-9)
     assert entry["sd"] >= 0.25
+
+
+def test_profile_form_gives_unseen_tasks_the_average_task():
+    rng = np.random.default_rng(13)
+    obs = [simulate(t, 0.0, 128.0, rng) for t in ("json", "story")]
+    (entry,) = fit_acceptance(obs, n_bootstrap=20).profile_logits()
+    assert entry["task"]["json"] == pytest.approx(-entry["task"]["story"])
+    assert entry["task"]["json"] > 0

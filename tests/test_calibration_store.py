@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import duckdb
@@ -11,10 +12,12 @@ from advisor.calibrations import (
     get_calibration,
     list_calibrations,
     parameter_drift,
+    profile_for,
     resolve_id,
     usable,
 )
 from advisor.errors import BadInput
+from advisor.profile import load_profile
 from advisor.store import connect, scalar
 from calibration.records import CalibrationHeader, store_calibration, sum_deltas, summarize
 from calibration.schemas import ReplayRecord, ReplayRequest, SegmentRun, SpecDecodeDelta
@@ -203,3 +206,25 @@ def test_sum_deltas_adds_rounds():
     assert (d.num_drafts, d.num_draft_tokens, d.num_accepted_tokens) == (3, 12, 7)
     assert d.accepted_per_pos == [3, 3, 1]
     assert sum_deltas([]) is None
+
+
+def test_profile_for_names_the_calibration_and_refuses_what_it_cannot_use(con):
+    fitted = load_profile("h200").model_dump(mode="json")
+    fitted["acceptance_logit"] = [{"method": "eagle3", "intercept": 1.0, "task": {"json": 0.5}}]
+    good = store_two_segments(con)
+    con.execute("UPDATE calibrations SET profile = ? WHERE id = ?", [json.dumps(fitted), good])
+    profile = profile_for(con, good)
+    assert profile.calibration.kind == "calibration" and profile.calibration.id == str(good)
+    assert "calibration 1" in profile.calibration.description
+    assert profile.acceptance_logit[0].task == {"json": 0.5}
+    assert profile_for(con, "latest").calibration.id == str(good)
+
+    partial = store_two_segments(con, status="partial", stop_reason="interrupted")
+    con.execute("UPDATE calibrations SET profile = ? WHERE id = ?", [json.dumps(fitted), partial])
+    with pytest.raises(BadInput, match=r"partial \(interrupted\)"):
+        profile_for(con, partial)
+    assert profile_for(con, partial, allow_partial=True).calibration.id == str(partial)
+
+    unreadable = store_two_segments(con)  # its stored profile lacks required fields
+    with pytest.raises(BadInput, match=rf"Calibration {unreadable} stores a profile .*cannot read"):
+        profile_for(con, unreadable)
