@@ -16,6 +16,7 @@ from collectors.base import Options
 from collectors.ingest import ingest_file
 from collectors.reading import sample
 from collectors.registry import COLLECTORS
+from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -416,3 +417,21 @@ def test_generic_exports_are_not_taken_for_log_formats(tmp_path, content):
     path = tmp_path / "export.txt"
     path.write_text(content)
     assert not set(detected(path)) & MINE
+
+
+def test_cli_detects_log_formats_and_lists_their_rejects(db_path):
+    logs = [OPENAI, LITELLM_PAYLOAD, VLLM / "server.log", HELICONE / "requests.csv"]
+    result = run_cli("ingest", *map(str, logs), "--store-text", db=db_path)
+    assert result.returncode == 0, result.stderr
+    for counts in ("31 imported, 4 rejected", "28 imported, 6 rejected",
+                   "26 imported, 3 rejected", "12 imported, 1 rejected"):  # fmt: skip
+        assert counts in result.stdout
+    listed = run_cli("rejects", "1", db=db_path)
+    assert "request failed: Rate limit reached for requests" in listed.stdout
+    from advisor.store import connect
+
+    con = connect(db_path)
+    formats = rows(con, "SELECT format FROM imports ORDER BY import_id")
+    assert formats == [("openai",), ("litellm",), ("vllm",), ("helicone",)]
+    assert rows(con, "SELECT count(*) FROM requests WHERE prompt_text IS NULL")[0][0] == 0
+    con.close()
