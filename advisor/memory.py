@@ -40,3 +40,14 @@ def memory_fit(
         headroom_gb=round(headroom, 3),
         fits=headroom >= 0,
     )
+
+
+def max_running(s: Setup, context_tokens: float, speculative: bool = True) -> int:
+    """How many sequences of `context_tokens` the KV cache holds at once (vLLM admits no more;
+    the rest wait), for the baseline or the speculative engine."""
+    fit = memory_fit(s, 1, context_tokens, speculative)
+    draft = s.draft if speculative else None
+    per_seq = context_tokens * (
+        s.target.kv_bytes_per_token() + (draft.kv_bytes_per_token() if draft is not None else 0.0)
+    )
+    return max(0, int(fit.kv_available_gb * GB / per_seq)) if per_seq > 0 else 1 << 30

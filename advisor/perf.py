@@ -240,18 +240,27 @@ def _expected_max_normal(n: int) -> float:
 
 
 def simulate_batch(
-    s: Setup, alpha: float, k: int, batch: int, prompt_tokens: int, output_tokens: int
+    s: Setup,
+    alpha: float,
+    k: int,
+    batch: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    running: tuple[int, int] | None = None,
 ) -> BatchResult:
+    """`running` = (baseline, speculative) sequences the KV cache holds at once (see
+    memory.max_running); when fewer than `batch`, the rest wait and decode runs in waves."""
     context = prompt_tokens + output_tokens / 2
-    base_tpot, spec_tpot = decode_tpot_ms(s, batch, context, alpha, k)
+    r_b, r_s = (max(1, min(batch, r)) for r in (running or (batch, batch)))
+    base_tpot = baseline_step_ms(s, r_b, context)
+    spec_tpot = cycle_ms(s, r_s, context, k) / expected_tokens(alpha, k)
+    waves_b, waves_s = batch / r_b, batch / r_s
     ttft_b = prefill_ms(s, s.target, batch, prompt_tokens)
     ttft_s = spec_prefill_ms(s, batch, prompt_tokens)
     e = expected_tokens(alpha, k)
-    cycles = output_tokens / e
     spread = math.sqrt(output_tokens * tokens_variance(alpha, k) / e**3)
-    straggler = spread * _expected_max_normal(batch) * spec_tpot * e
-    lat_b = ttft_b + output_tokens * base_tpot
-    lat_s = ttft_s + cycles * spec_tpot * e
+    straggler = spread * _expected_max_normal(r_s) * spec_tpot * e
+    decode_b, decode_s = output_tokens * base_tpot, output_tokens * spec_tpot
     return BatchResult(
         k=k,
         mean_acceptance_length=e,
@@ -259,21 +268,29 @@ def simulate_batch(
         ttft_ms_speculative=ttft_s,
         tpot_ms_baseline=base_tpot,
         tpot_ms_speculative=spec_tpot,
-        makespan_ms_baseline=lat_b,
-        makespan_ms_speculative=lat_s + straggler,
-        latency_ms_baseline=lat_b,
-        latency_ms_speculative=lat_s,
+        makespan_ms_baseline=ttft_b + waves_b * decode_b,
+        makespan_ms_speculative=ttft_s + waves_s * (decode_s + straggler),
+        latency_ms_baseline=ttft_b + (waves_b + 1) / 2 * decode_b,
+        latency_ms_speculative=ttft_s + (waves_s + 1) / 2 * decode_s,
         output_tokens_total=float(batch * output_tokens),
     )
 
 
 def best_k(
-    s: Setup, alpha: float, batch: int, prompt_tokens: int, output_tokens: int, k_max: int = K_MAX
+    s: Setup,
+    alpha: float,
+    batch: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    k_max: int = K_MAX,
+    running: tuple[int, int] | None = None,
 ) -> int:
     """The k (num_speculative_tokens) that maximises the batch's predicted speedup."""
     return max(
         range(1, k_max + 1),
-        key=lambda k: simulate_batch(s, alpha, k, batch, prompt_tokens, output_tokens).speedup,
+        key=lambda k: (
+            simulate_batch(s, alpha, k, batch, prompt_tokens, output_tokens, running).speedup
+        ),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from advisor.catalog import Catalog
 from advisor.errors import BadInput
-from advisor.memory import memory_fit
+from advisor.memory import max_running, memory_fit
 from advisor.perf import best_k, forward, resolve, simulate_batch
 from advisor.profile import Profile
 from advisor.schemas import Deployment, Prediction
@@ -26,9 +26,17 @@ def predict(
     if batch < 1 or prompt_tokens < 1 or output_tokens < 1:
         raise BadInput("--batch, --prompt-tokens and --output-tokens must each be at least 1.")
     s = resolve(deployment, profile, catalog)
-    k = deployment.k or best_k(s, acceptance, batch, prompt_tokens, output_tokens)
-    r = simulate_batch(s, acceptance, k, batch, prompt_tokens, output_tokens)
-    mem = memory_fit(s, batch, prompt_tokens + output_tokens)
+    ctx = prompt_tokens + output_tokens
+    running = (max_running(s, ctx, speculative=False), max_running(s, ctx))
+    if min(running) < 1:
+        raise BadInput(
+            f"one request of {ctx} tokens does not fit the KV cache of {deployment.target} on "
+            f"{deployment.gpu} x{deployment.tp}; raise --tp or --gpu-memory-utilization."
+        )
+    k = deployment.k or best_k(s, acceptance, batch, prompt_tokens, output_tokens,
+                               running=running)  # fmt: skip
+    r = simulate_batch(s, acceptance, k, batch, prompt_tokens, output_tokens, running)
+    mem = memory_fit(s, batch, ctx)
     verify = forward(s, s.target, batch, prompt_tokens + output_tokens / 2, k + 1)
     return Prediction(
         deployment=deployment,

@@ -144,3 +144,19 @@ def test_request_latency_and_little_law_concurrency() -> None:
     c = estimate_concurrency(s, 5.0, 1500, 100)
     assert c == pytest.approx(5.0 * steady_state(s, c, 1500, 100).e2e_ms / 1e3, rel=0.01)
     assert estimate_concurrency(s, 10.0, 1500, 100) > c
+
+
+def test_a_batch_larger_than_the_kv_cache_runs_in_waves() -> None:
+    from advisor.memory import max_running
+
+    s = setup("draft_model", "llama-3.2-1b", gpu="l40s")
+    ctx = 8192 + 512
+    # L40S: 43.2 GB budget - 16.06 (8B) - 2 reserve = 25.14 GB of KV -> 25.14e9 / (8704 x 131,072
+    # B) = 22 sequences; the 1B draft (2.47 GB, +32,768 B/token) leaves 22.67 GB / (8704 x
+    # 163,840 B) = 15.9, so 15.
+    assert max_running(s, ctx, speculative=False) == 22
+    assert max_running(s, ctx) == 15
+    fits = simulate_batch(s, 0.8, 3, 64, 8192, 512)
+    waves = simulate_batch(s, 0.8, 3, 64, 8192, 512, running=(22, 15))
+    assert waves.makespan_ms_baseline > fits.makespan_ms_baseline
+    assert waves.speedup < fits.speedup  # the draft's KV costs it concurrency
