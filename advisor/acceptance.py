@@ -13,6 +13,8 @@ i.i.d. per-token acceptance):
   mean acceptance length = 1 + num_accepted_tokens / num_drafts = E(alpha, k)
   acceptance rate       = num_accepted_tokens / num_draft_tokens = (E(alpha, k) - 1) / k
 `alpha_from_counters` inverts the second line; position 0's rate is alpha directly.
+n-gram and suffix drafting propose only when they find a match; `effective_alpha` folds the
+proposal rate (num_drafts / decode steps) into the alpha the performance model takes.
 """
 
 from __future__ import annotations
@@ -245,6 +247,22 @@ def alpha_from_counters(num_drafts: float, num_accepted_tokens: float, k: int) -
     for _ in range(60):
         mid = (lo + hi) / 2
         if sum(mid**i for i in range(1, k + 1)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def effective_alpha(alpha: float, proposal_rate: float, k: int) -> float:
+    """n-gram/suffix methods propose nothing on steps with no match, and vLLM's counters count
+    only proposed drafts. The alpha with the same tokens per step over all steps solves
+    E(a_eff, k) = p*E(alpha, k) + (1 - p), where p = num_drafts / decode steps."""
+    p = min(1.0, max(0.0, proposal_rate))
+    accepted = p * sum(alpha**i for i in range(1, k + 1))  # = E_eff - 1
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid**i for i in range(1, k + 1)) < accepted:
             lo = mid
         else:
             hi = mid

@@ -82,10 +82,18 @@ class Forward:
 
     memory_ms: float
     compute_ms: float
+    sharpness: float | None = None  # Profile.roofline_sharpness
 
     @property
     def ms(self) -> float:
-        return max(self.memory_ms, self.compute_ms)
+        """max(memory, compute), or the smooth p-norm (m^p + c^p)^(1/p) a profile may fit."""
+        p = self.sharpness
+        if not p:
+            return max(self.memory_ms, self.compute_ms)
+        top = max(self.memory_ms, self.compute_ms)
+        if top <= 0:
+            return 0.0
+        return top * ((self.memory_ms / top) ** p + (self.compute_ms / top) ** p) ** (1 / p)
 
     @property
     def bound(self) -> str:
@@ -108,9 +116,12 @@ def peak_flops_per_ms(s: Setup, model: ModelSpec, efficiency: float | None = Non
 def forward(s: Setup, model: ModelSpec, batch: float, context: float, tokens: float) -> Forward:
     """Roofline of one decode/verify forward: `tokens` new tokens for each of `batch` sequences."""
     w = model.streamed_params()
-    nbytes = w * model.dtype_bytes + batch * context * model.kv_bytes_per_token()
+    bw = bandwidth_bytes_per_ms(s)
+    kv_eff = s.profile.kv_bandwidth_efficiency
+    kv_bw = bw if kv_eff is None else bw * kv_eff / s.profile.bandwidth_efficiency
+    memory = w * model.dtype_bytes / bw + batch * context * model.kv_bytes_per_token() / kv_bw
     flops = batch * tokens * (2 * w + model.attention_flops_per_token(context))
-    return Forward(nbytes / bandwidth_bytes_per_ms(s), flops / peak_flops_per_ms(s, model))
+    return Forward(memory, flops / peak_flops_per_ms(s, model), s.profile.roofline_sharpness)
 
 
 def baseline_step_ms(s: Setup, batch: float, context: float) -> float:

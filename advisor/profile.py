@@ -87,6 +87,12 @@ class Profile(BaseModel):
     gpu: str | None = None  # None: applies to any GPU
     description: str = ""
     bandwidth_efficiency: float = Field(gt=0, le=1.0, description="achieved / datasheet HBM bw")
+    kv_bandwidth_efficiency: float | None = Field(
+        default=None, gt=0, le=1.0, description="for KV reads in attention; None: as weights"
+    )
+    roofline_sharpness: float | None = Field(
+        default=None, ge=1.0, description="p of a smooth max(memory, compute); None: hard max"
+    )
     compute_efficiency: float = Field(gt=0, le=1.0, description="achieved / dense peak, decode")
     prefill_efficiency: float = Field(gt=0, le=1.0, description="achieved / dense peak, prefill")
     tp_efficiency: float = Field(default=0.9, gt=0, le=1.0, description="kept under TP > 1")

@@ -160,3 +160,16 @@ def test_a_batch_larger_than_the_kv_cache_runs_in_waves() -> None:
     waves = simulate_batch(s, 0.8, 3, 64, 8192, 512, running=(22, 15))
     assert waves.makespan_ms_baseline > fits.makespan_ms_baseline
     assert waves.speedup < fits.speedup  # the draft's KV costs it concurrency
+
+
+def test_optional_profile_knobs_behave_as_documented() -> None:
+    base = ideal_profile()
+    smooth = setup(profile=base.model_copy(update={"roofline_sharpness": 2.0}))
+    f = forward(smooth, smooth.target, 1, 1000, 1)
+    assert f.ms == pytest.approx((f.memory_ms**2 + f.compute_ms**2) ** 0.5)  # p-norm, p = 2
+    slow_kv = setup(profile=base.model_copy(update={"kv_bandwidth_efficiency": 0.5}))
+    # KV bytes at half the weights' bandwidth: 1000 x 131,072 B cost twice as long.
+    extra = 1000 * 131072 / H200_BYTES_PER_MS
+    assert forward(slow_kv, slow_kv.target, 1, 1000, 1).memory_ms == pytest.approx(
+        forward(setup(profile=base), slow_kv.target, 1, 1000, 1).memory_ms + extra
+    )

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from advisor.acceptance import (
     acceptance_for,
     alpha_from_counters,
+    effective_alpha,
     prior,
     task_class,
     temperature_band,
@@ -161,3 +162,11 @@ def test_tensor_parallelism_splits_the_weights_across_gpus() -> None:
     four = score_segment(small, Deployment(gpu="h100", target="llama-3.1-70b", tp=4))
     assert four.memory.fits
     assert four.memory.budget_gb == pytest.approx(4 * 80 * 0.9)
+
+
+def test_effective_alpha_folds_in_steps_without_a_proposal() -> None:
+    assert effective_alpha(0.9, 1.0, 4) == pytest.approx(0.9, abs=1e-9)
+    assert effective_alpha(0.9, 0.0, 4) == pytest.approx(0.0, abs=1e-9)
+    a = effective_alpha(0.9, 0.5, 4)
+    # Same tokens per step: E(a, 4) = 0.5 * E(0.9, 4) + 0.5 (by Leviathan's formula).
+    assert expected_tokens(a, 4) == pytest.approx(0.5 * expected_tokens(0.9, 4) + 0.5)
