@@ -19,7 +19,7 @@ from advisor.acceptance import (
 )
 from advisor.perf import expected_tokens
 from advisor.profile import AcceptanceEntry, get_profile, load_profile
-from advisor.schemas import Deployment, SegmentStats
+from advisor.schemas import CalibrationRef, Deployment, SegmentStats
 from advisor.scoring import score_segment, widen
 
 
@@ -170,3 +170,19 @@ def test_effective_alpha_folds_in_steps_without_a_proposal() -> None:
     a = effective_alpha(0.9, 0.5, 4)
     # Same tokens per step: E(a, 4) = 0.5 * E(0.9, 4) + 0.5 (by Leviathan's formula).
     assert expected_tokens(a, 4) == pytest.approx(0.5 * expected_tokens(0.9, 4) + 0.5)
+
+
+def test_a_gpu_with_its_own_profile_file_uses_it(tmp_path, monkeypatch) -> None:
+    import advisor.profile as profile_mod
+
+    roofline = get_profile("roofline")
+    measured = roofline.model_copy(update={
+        "name": "l40s", "gpu": "l40s", "bandwidth_efficiency": 0.7,
+        "calibration": CalibrationRef(id="l40s", kind="profile", description="measured sweep"),
+    })  # fmt: skip
+    (tmp_path / "roofline.json").write_text(roofline.model_dump_json())
+    (tmp_path / "l40s.json").write_text(measured.model_dump_json())
+    monkeypatch.setattr(profile_mod, "_profiles_dir", lambda: tmp_path)
+    assert load_profile("l40s").calibration.kind == "profile"
+    assert load_profile("L40S").bandwidth_efficiency == 0.7
+    assert load_profile("h100").calibration.kind == "roofline"
