@@ -7,6 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -52,8 +53,19 @@ async def _advisor(_: Request, exc: AdvisorError) -> JSONResponse:
     return _json(500, str(exc))
 
 
-async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-    return _json(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    headers = getattr(exc, "headers", None)
+    if exc.status_code == 405:
+        # Starlette names only the first matching route's methods; GET and POST on one path
+        # are two routes here, so list every method the path takes.
+        allowed = sorted(
+            {m for r in request.app.routes if isinstance(r, APIRoute)
+             and r.path_regex.match(request.url.path) for m in r.methods}
+        )  # fmt: skip
+        headers = {**(headers or {}), "Allow": ", ".join(allowed)}
+        detail = f"{request.method} is not allowed here; use {' or '.join(allowed)}."
+        return _json(405, detail, headers=headers)
+    return _json(exc.status_code, str(exc.detail), headers=headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
