@@ -89,15 +89,19 @@ def ms_between(start: str, end: str) -> str:
 def messages_text(messages: str) -> str:
     """Chat messages (JSON text) as one string: each content, text parts joined, one per line.
 
-    Plain text passes through; other JSON (an empty `{}` placeholder) gives NULL.
+    Plain text passes through; other JSON (an empty `{}` placeholder) gives NULL. Cheap checks
+    (first character, then json_valid) come first: this runs on every row of multi-GB logs.
     """
+    parts = (
+        "lambda c: CASE WHEN starts_with(c, '[') AND json_valid(c)"
+        " THEN array_to_string(json_extract_string(c, '$[*].text'), '') ELSE c END"
+    )
     return (
-        f"CASE WHEN json_valid({messages}) AND json_type(CAST({messages} AS JSON)) = 'ARRAY' THEN"
-        f" array_to_string(list_transform(json_extract(CAST({messages} AS JSON), '$[*].content'),"
-        " lambda c: CASE WHEN json_type(c) = 'ARRAY'"
-        " THEN array_to_string(json_extract_string(c, '$[*].text'), '')"
-        " ELSE c ->> '$' END), chr(10))"
-        f" WHEN json_valid({messages}) THEN NULL ELSE {messages} END"
+        f"CASE WHEN starts_with({messages}, '[') AND json_valid({messages}) THEN"
+        f" array_to_string(list_transform(json_extract_string({messages}, '$[*].content'),"
+        f" {parts}), chr(10))"
+        f" WHEN starts_with({messages}, '{{') AND json_valid({messages}) THEN NULL"
+        f" ELSE {messages} END"
     )
 
 
