@@ -275,6 +275,70 @@ def test_upload_over_the_limit_gets_413_before_the_body_ends(db_path: Path) -> N
             assert ok.status_code == 200  # under the limit still works
 
 
+def _azure_csv(path: Path, rows: int) -> Path:
+    """A large trace in the Azure 2023 format, written by DuckDB (fast, deterministic)."""
+    duckdb.connect().execute(
+        "COPY (SELECT strftime(TIMESTAMP '2023-11-16 00:00:00' + to_milliseconds(i * 10),"
+        " '%Y-%m-%d %H:%M:%S.%f') AS \"TIMESTAMP\", 100 + i % 4000 AS ContextTokens,"
+        f" 10 + i % 500 AS GeneratedTokens FROM range({rows}) t(i)) TO '{path}' (HEADER)"
+    )
+    return path
+
+
+def test_a_long_import_does_not_block_readers(db_path: Path, tmp_path: Path) -> None:
+    """Parallel clients keep getting answers while a large upload is being imported.
+
+    A reader's GET /v1/imports that still shows no import, answered after the whole upload
+    body was sent, ran while the import was in progress (its transaction not yet committed);
+    the prediction answered just before it on the same client ran then too.
+    """
+    rows = 1_500_000
+    big = _azure_csv(tmp_path / "big.csv", rows)
+    with serve(db_path) as url:
+        body_sent = threading.Event()
+        upload: dict[str, httpx.Response] = {}
+
+        def body() -> Iterator[bytes]:
+            with big.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    yield chunk
+            body_sent.set()
+
+        def do_upload() -> None:
+            with httpx.Client(base_url=url, timeout=600) as c:
+                upload["r"] = c.post("/v1/imports", params={"filename": "big.csv"}, content=body())
+
+        uploader = threading.Thread(target=do_upload)
+        uploader.start()
+        assert body_sent.wait(timeout=300)
+        overlapped: list[dict] = []
+        statuses: list[int] = []
+
+        def reader(n: int) -> None:
+            payload = {"batch": 1 + n, "acceptance": 0.5 + n / 20, "k": 3}
+            with httpx.Client(base_url=url, timeout=120) as c:
+                while uploader.is_alive():
+                    pred = c.post("/v1/predict", json=payload)
+                    listed = c.get("/v1/imports")
+                    statuses.extend([pred.status_code, listed.status_code])
+                    if listed.status_code == 200 and listed.json() == [] and uploader.is_alive():
+                        overlapped.append(pred.json())
+
+        readers = [threading.Thread(target=reader, args=(n,)) for n in range(4)]
+        for t in readers:
+            t.start()
+        uploader.join(timeout=600)
+        for t in readers:
+            t.join(timeout=120)
+        assert upload["r"].status_code == 200, upload["r"].text
+        assert upload["r"].json()["rows_accepted"] == rows
+        assert set(statuses) == {200}
+        assert len(overlapped) >= 3, "no reader was answered while the import ran"
+        assert all(p["k"] == 3 for p in overlapped)
+        with httpx.Client(base_url=url) as c:
+            assert len(c.get("/v1/imports").json()) == 1
+
+
 # --- keys -----------------------------------------------------------------------------------
 
 
