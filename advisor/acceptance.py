@@ -12,7 +12,9 @@ i.i.d. per-token acceptance):
   vllm:spec_decode_num_accepted_tokens_per_pos[i] / num_drafts = alpha^(i+1)   (i = 0..k-1)
   mean acceptance length = 1 + num_accepted_tokens / num_drafts = E(alpha, k)
   acceptance rate       = num_accepted_tokens / num_draft_tokens = (E(alpha, k) - 1) / k
-`alpha_from_counters` inverts the second line; position 0's rate is alpha directly.
+`alpha_from_counters` inverts the second line; position 0's rate is alpha directly. Where the
+per-position rates fall faster than alpha^(i+1), a profile's position_decay d models it: the
+rate at position i is prod_{j<=i} alpha*d^j.
 n-gram and suffix drafting propose only when they find a match; `effective_alpha` folds the
 proposal rate (num_drafts / decode steps) into the alpha the performance model takes.
 """

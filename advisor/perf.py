@@ -12,7 +12,8 @@ q = tokens per sequence in the step, W = weights streamed per step, kv = KV byte
   verify step       = forward_target(b, L, k+1) + o_m + b*s_m + b*(k+1)*v_m
   draft step        = draft_model / eagle / eagle3 / mtp: c_m*forward_draft(b, L, 1) + d_m, k times
                       ngram / suffix: b*cpu_m + d_m, once (CPU proposal, no GPU forward)
-  E(alpha, k)       = (1 - alpha^(k+1)) / (1 - alpha)       (Leviathan et al., 2023)
+  E(alpha, k)       = (1 - alpha^(k+1)) / (1 - alpha)       (Leviathan et al., 2023); with a
+                      profile's position_decay d < 1: sum_{j=0..k} prod_{i<j} alpha*d^i
   TPOT_base         = baseline step;  TPOT_spec = (draft steps + verify step) / E
   decode speedup    = TPOT_base / TPOT_spec
   prefill(B, P)     = n_chunks*o_base + max(flops / (peak*prefill_eff), n_chunks*W*dtype / BW_eff)
@@ -150,18 +151,32 @@ def draft_ms(s: Setup, batch: float, context: float, k: int) -> float:
     return k * one
 
 
-def expected_tokens(alpha: float, k: int) -> float:
+def _survival(alpha: float, j: int, decay: float) -> float:
+    """P(at least j tokens from a step) = prod of the first j-1 positions' conditional
+    acceptances, alpha * decay^i at position i (decay 1: i.i.d., Leviathan's assumption)."""
+    return alpha ** (j - 1) * decay ** ((j - 1) * (j - 2) / 2)
+
+
+def expected_tokens(alpha: float, k: int, decay: float = 1.0) -> float:
     """Leviathan et al. (2023), eq. 1: tokens per verification step, E = (1-a^(k+1))/(1-a).
-    This is vLLM's "mean acceptance length"."""
-    if alpha >= 1.0:
-        return k + 1.0
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+    This is vLLM's "mean acceptance length". With decay < 1 the conditional acceptance falls
+    with the position (alpha * decay^i), as drafts reused deeper (MTP, EAGLE) tend to."""
+    if decay == 1.0:
+        if alpha >= 1.0:
+            return k + 1.0
+        return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+    return sum(_survival(alpha, j, decay) for j in range(1, k + 2))
 
 
-def tokens_variance(alpha: float, k: int) -> float:
-    """Var of tokens per step X, where P(X >= j) = a^(j-1), j = 1..k+1."""
-    ex2 = sum((2 * j - 1) * alpha ** (j - 1) for j in range(1, k + 2))
-    return max(0.0, ex2 - expected_tokens(alpha, k) ** 2)
+def tokens_variance(alpha: float, k: int, decay: float = 1.0) -> float:
+    """Var of tokens per step X, from P(X >= j), j = 1..k+1."""
+    ex2 = sum((2 * j - 1) * _survival(alpha, j, decay) for j in range(1, k + 2))
+    return max(0.0, ex2 - expected_tokens(alpha, k, decay) ** 2)
+
+
+def position_decay(s: Setup) -> float:
+    """The profile's per-position acceptance decay for this method (1.0 = i.i.d.)."""
+    return s.profile.cost(s.method).position_decay if s.method != "baseline" else 1.0
 
 
 def cycle_ms(s: Setup, batch: float, context: float, k: int) -> float:
@@ -172,9 +187,8 @@ def decode_tpot_ms(
     s: Setup, batch: float, context: float, alpha: float, k: int
 ) -> tuple[float, float]:
     """(baseline, speculative) time per output token of each sequence, decode only."""
-    return baseline_step_ms(s, batch, context), cycle_ms(s, batch, context, k) / expected_tokens(
-        alpha, k
-    )
+    e = expected_tokens(alpha, k, position_decay(s))
+    return baseline_step_ms(s, batch, context), cycle_ms(s, batch, context, k) / e
 
 
 def decode_speedup(s: Setup, batch: float, context: float, alpha: float, k: int) -> float:
@@ -264,12 +278,13 @@ def simulate_batch(
     context = prompt_tokens + output_tokens / 2
     r_b, r_s = (max(1, min(batch, r)) for r in (running or (batch, batch)))
     base_tpot = baseline_step_ms(s, r_b, context)
-    spec_tpot = cycle_ms(s, r_s, context, k) / expected_tokens(alpha, k)
+    decay = position_decay(s)
+    spec_tpot = cycle_ms(s, r_s, context, k) / expected_tokens(alpha, k, decay)
     waves_b, waves_s = batch / r_b, batch / r_s
     ttft_b = prefill_ms(s, s.target, batch, prompt_tokens)
     ttft_s = spec_prefill_ms(s, batch, prompt_tokens)
-    e = expected_tokens(alpha, k)
-    spread = math.sqrt(output_tokens * tokens_variance(alpha, k) / e**3)
+    e = expected_tokens(alpha, k, decay)
+    spread = math.sqrt(output_tokens * tokens_variance(alpha, k, decay) / e**3)
     straggler = spread * _expected_max_normal(r_s) * spec_tpot * e
     decode_b, decode_s = output_tokens * base_tpot, output_tokens * spec_tpot
     return BatchResult(
@@ -331,7 +346,8 @@ def steady_state(
         step, per_iter = baseline_step_ms(s, c, context), 1.0
         one_prefill = prefill_compute_ms(s, s.target, 1, prompt_tokens)
     else:
-        step, per_iter = cycle_ms(s, c, context, k), expected_tokens(alpha, k)
+        step = cycle_ms(s, c, context, k)
+        per_iter = expected_tokens(alpha, k, position_decay(s))
         one_prefill = prefill_compute_ms(s, s.target, 1, prompt_tokens)
         if s.draft is not None:
             one_prefill += prefill_compute_ms(s, s.draft, 1, prompt_tokens)

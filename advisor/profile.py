@@ -34,6 +34,9 @@ class MethodCost(BaseModel):
     draft_cost_factor: float = Field(default=1.0, ge=0, description="x the draft's roofline time")
     verify_ms_per_token: float = Field(default=0.0, ge=0, description="per verified position")
     cpu_draft_ms_per_seq: float = Field(default=0.0, ge=0, description="ngram/suffix CPU cost")
+    position_decay: float = Field(
+        default=1.0, gt=0, le=1.0, description="acceptance at draft position i = alpha * decay^i"
+    )
 
 
 class AcceptanceEntry(BaseModel):

@@ -25,6 +25,7 @@ from advisor.perf import (
     decode_speedup,
     expected_tokens,
     forward,
+    position_decay,
     resolve,
     steady_state,
     verify_step_ms,
@@ -111,7 +112,7 @@ def score_segment(
     context95 = p + o / 2
     step = forward(s, s.target, c95, context95, 1)
     verify_cost = verify_step_ms(s, c95, context95, k) / baseline_step_ms(s, c95, context95)
-    e = expected_tokens(a.value, k)
+    e = expected_tokens(a.value, k, position_decay(s))
 
     reasons: list[str] = []
     what: str | None = None

@@ -173,3 +173,16 @@ def test_optional_profile_knobs_behave_as_documented() -> None:
     assert forward(slow_kv, slow_kv.target, 1, 1000, 1).memory_ms == pytest.approx(
         forward(setup(profile=base), slow_kv.target, 1, 1000, 1).memory_ms + extra
     )
+
+
+def test_position_decay_lowers_deep_acceptance() -> None:
+    # a = 0.8, decay 0.9: positions accept 0.8, 0.72, 0.648 conditionally; by hand
+    # E = 1 + 0.8 + 0.8*0.72 + 0.8*0.72*0.648 = 2.7492 (i.i.d. would be 1 + .8 + .64 + .512).
+    assert expected_tokens(0.8, 3, 0.9) == pytest.approx(2.749248)
+    assert expected_tokens(0.8, 3, 1.0) == pytest.approx(2.952)
+    assert tokens_variance(0.3, 1, 0.5) == pytest.approx(0.3 * 0.7)  # position 0 is alpha
+    base = get_profile("roofline")
+    methods = dict(base.methods)
+    methods["eagle3"] = methods["eagle3"].model_copy(update={"position_decay": 0.85})
+    decayed = setup(profile=base.model_copy(update={"methods": methods}))
+    assert best_k(decayed, 0.8, 1, 512, 256) < best_k(setup(), 0.8, 1, 512, 256)
