@@ -47,12 +47,15 @@ class Observation(BaseModel):
     num_drafts: int = Field(gt=0)
     num_draft_tokens: int = Field(gt=0)
     num_accepted_tokens: int = Field(ge=0)
+    decode_steps: int | None = Field(default=None, description="all decode steps, drafted or not")
     text_features: dict[str, float] | None = None
 
     @property
     def alpha(self) -> float:
-        """Per-token acceptance implied by this segment's counters."""
-        return alpha_from_counters(self.num_drafts, self.num_draft_tokens, self.num_accepted_tokens)
+        """Per-token acceptance implied by this segment's counters (over all decode steps)."""
+        return alpha_from_counters(
+            self.num_drafts, self.num_draft_tokens, self.num_accepted_tokens, self.decode_steps
+        )
 
 
 class Query(BaseModel):
@@ -163,28 +166,34 @@ class AcceptanceFit(BaseModel):
         return entries
 
 
-def alpha_from_counters(num_drafts: int, num_draft_tokens: int, num_accepted: int) -> float:
-    """Solve accepted/drafts = sum_{i=1..k} a^i for a, with k = draft tokens per draft.
+def alpha_from_counters(
+    num_drafts: int, num_draft_tokens: int, num_accepted: int, decode_steps: int | None = None
+) -> float:
+    """Solve accepted / steps = sum_{i=1..k} a^i for a, with k = draft tokens per draft.
 
-    n-gram drafters propose fewer than k tokens when they find no match, so k is the measured
-    mean, not the configured one; the sum is monotone in a, so bisection is exact enough.
+    n-gram drafters propose fewer than k tokens, or none, when they find no match: k is the
+    measured mean, and with `decode_steps` (every decode step of the batch, drafted or not) the
+    steps without a proposal count as steps that accepted nothing, so a is the per-token
+    acceptance that gives the measured tokens per step over all steps - what the advisor's
+    E(a, k) needs. The sum is monotone in a, so bisection is exact enough.
     """
     if num_drafts <= 0 or num_draft_tokens <= 0:
         raise ValueError("no drafts: acceptance is undefined")
     k = num_draft_tokens / num_drafts
-    target = min(num_accepted / num_drafts, k)
+    steps = max(num_drafts, decode_steps or 0)
+    target = min(num_accepted / steps, k)
     if target <= 0:
         return 0.0
     if target >= k:
         return 1.0
 
-    def accepted_per_draft(a: float) -> float:
+    def accepted_per_step(a: float) -> float:
         return a * (1 - a**k) / (1 - a)
 
     lo, hi = 0.0, 1.0 - 1e-12
     for _ in range(80):
         mid = (lo + hi) / 2
-        if accepted_per_draft(mid) < target:
+        if accepted_per_step(mid) < target:
             lo = mid
         else:
             hi = mid

@@ -33,6 +33,10 @@ class SegmentSummary(BaseModel):
     concurrency: int = 1
     n_requests: int = 0
     delta: SpecDecodeDelta | None = None
+    decode_steps: int | None = Field(
+        default=None,
+        description="speculative decode steps: output tokens after the first - accepted",
+    )
     text_features: dict[str, float] | None = None
     baseline_tpot_ms: float | None = None
     speculative_tpot_ms: float | None = None
@@ -41,11 +45,14 @@ class SegmentSummary(BaseModel):
 
     @property
     def alpha(self) -> float | None:
-        """Per-token acceptance implied by the summed counters; None when nothing was drafted."""
+        """Per-token acceptance over all decode steps (steps where an n-gram drafter found
+        nothing to propose count as accepting nothing); None when nothing was drafted."""
         d = self.delta
         if d is None or d.num_drafts <= 0 or d.num_draft_tokens <= 0:
             return None
-        return alpha_from_counters(d.num_drafts, d.num_draft_tokens, d.num_accepted_tokens)
+        return alpha_from_counters(
+            d.num_drafts, d.num_draft_tokens, d.num_accepted_tokens, self.decode_steps
+        )
 
     def observation(self, method: str) -> Observation | None:
         """This segment as an acceptance-fit observation; None without drafts or lengths."""
@@ -62,6 +69,7 @@ class SegmentSummary(BaseModel):
             num_drafts=d.num_drafts,
             num_draft_tokens=d.num_draft_tokens,
             num_accepted_tokens=d.num_accepted_tokens,
+            decode_steps=self.decode_steps,
             text_features=self.text_features,
         )
 
@@ -118,6 +126,11 @@ def summarize(
     spec = [rec for r in mine if r.role == "speculative" for rec in r.ok_records]
     replayed = [requests[rec.request_id] for rec in spec or base if rec.request_id in requests]
     tasks = [q.task for q in replayed if q.task]
+    delta = sum_deltas([r.delta for r in mine if r.role == "speculative" and r.delta])
+    # Each decode step emits 1 + accepted tokens, the first token comes from prefill; valid
+    # only when every request of the batches completed (the counters include failed ones).
+    all_ok = all(rec.ok for r in mine if r.role == "speculative" for rec in r.records)
+    steps = sum(rec.output_tokens - 1 for rec in spec) - (delta.num_accepted_tokens if delta else 0)
     return SegmentSummary(
         segment_key=segment_key,
         task=statistics.mode(tasks) if tasks else None,
@@ -126,7 +139,8 @@ def summarize(
         output_tokens=_median(rec.output_tokens for rec in spec or base),
         concurrency=max((r.concurrency for r in mine), default=1),
         n_requests=len({rec.request_id for rec in base + spec}),
-        delta=sum_deltas([r.delta for r in mine if r.role == "speculative" and r.delta]),
+        delta=delta,
+        decode_steps=steps if delta and all_ok and steps >= delta.num_drafts else None,
         text_features=text_features,
         baseline_tpot_ms=_median(rec.tpot_ms for rec in base),
         speculative_tpot_ms=_median(rec.tpot_ms for rec in spec),

@@ -190,3 +190,16 @@ def test_profile_form_gives_unseen_tasks_the_average_task():
     (entry,) = fit_acceptance(obs, n_bootstrap=20).profile_logits()
     assert entry["task"]["json"] == pytest.approx(-entry["task"]["story"])
     assert entry["task"]["json"] > 0
+
+
+def test_steps_without_a_proposal_lower_the_effective_alpha():
+    """Half the decode steps drafted nothing (no n-gram match): tokens per step over all steps
+    are 1 + accepted / (2 * drafts), so the effective alpha solves that, not the drafted one."""
+    k, drafts, a = 4, 1000, 0.8
+    accepted = round(drafts * sum(a**i for i in range(1, k + 1)))
+    drafted_only = alpha_from_counters(drafts, drafts * k, accepted)
+    effective = alpha_from_counters(drafts, drafts * k, accepted, decode_steps=2 * drafts)
+    assert drafted_only == pytest.approx(a, abs=1e-3)
+    assert sum(effective**i for i in range(1, k + 1)) == pytest.approx(accepted / (2 * drafts))
+    # fewer steps than drafts cannot happen; it is read as every step drafted
+    assert alpha_from_counters(drafts, drafts * k, accepted, decode_steps=10) == drafted_only

@@ -54,7 +54,7 @@ CREATE TABLE calibration_segments (
     accepted_per_pos       JSON,     -- accepted-token counts per draft position
     acceptance_rate        DOUBLE,   -- accepted / draft tokens
     mean_acceptance_length DOUBLE,   -- 1 + accepted / drafts
-    alpha                  DOUBLE,   -- per-token acceptance implied by the mean acceptance length
+    alpha                  DOUBLE,   -- per-token acceptance over all decode steps (drafted or not)
     text_features          JSON,
     baseline_tpot_ms       DOUBLE,
     speculative_tpot_ms    DOUBLE,
