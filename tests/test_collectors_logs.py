@@ -6,6 +6,7 @@ a real DuckDB file; the assertions pin counts, field values and rejects with the
 
 from __future__ import annotations
 
+import gzip
 import json
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -435,3 +436,21 @@ def test_cli_detects_log_formats_and_lists_their_rejects(db_path):
     assert formats == [("openai",), ("litellm",), ("vllm",), ("helicone",)]
     assert rows(con, "SELECT count(*) FROM requests WHERE prompt_text IS NULL")[0][0] == 0
     con.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "counts"),
+    [
+        (VLLM / "server.log", (29, 26, 3)),
+        (LANGFUSE / "generations.json", (31, 27, 4)),
+        (SPEND_CSV, (28, 24, 4)),
+        (OPENAI, (35, 31, 4)),
+    ],
+    ids=["vllm", "langfuse-json", "spendlogs-csv", "openai"],
+)
+def test_gzipped_logs_import_like_plain_ones(con, tmp_path, path, counts):
+    packed = tmp_path / (path.name + ".gz")
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    summary = ingest_file(con, packed)
+    assert (summary.rows_read, summary.rows_accepted, summary.rows_rejected) == counts
+    assert summary.format == SAMPLES[path]
