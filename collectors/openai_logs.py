@@ -137,7 +137,8 @@ def select(options: Options) -> str:
 COLLECTOR = Collector(
     name="openai",
     summary="OpenAI-compatible request/response JSONL logs (chat and text completions)",
-    expects="JSON lines with a completion response (usage, choices) and optionally its request",
+    expects="JSON lines holding a request beside its completion response, an OpenAI Batch "
+    "output line, or a bare chat.completion/text_completion object",
     reader="jsonl",
     detect=detect,
     select=select,
