@@ -68,7 +68,12 @@ def predict(
     tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs.")] = 1,
     profile: Annotated[
         str | None,
-        typer.Option(help="Profile name or JSON path (default: <gpu>.json, else roofline)."),
+        typer.Option(
+            "--calibration",
+            "--profile",
+            help="Shipped profile name or profile JSON path (default: the GPU's shipped "
+            "profile, else roofline; see `advisor profiles list`).",
+        ),
     ] = None,
     catalog: Annotated[
         Path | None,

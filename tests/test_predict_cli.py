@@ -85,3 +85,18 @@ def test_predict_takes_a_user_catalogue_and_a_local_config(tmp_path: Path) -> No
     # Qwen2.5-7B shapes: 7.62B params in bf16 = 15.23 GB of weights.
     assert got["memory"]["target_weights_gb"] == pytest.approx(15.23, abs=0.01)
     assert got["memory"]["gpu_memory_gb"] == 40
+
+
+def test_predict_uses_a_profile_file_given_as_calibration(tmp_path: Path) -> None:
+    from advisor.profile import get_profile
+
+    slow = get_profile("roofline").model_copy(update={"name": "slow", "bandwidth_efficiency": 0.4})
+    path = tmp_path / "slow.json"
+    path.write_text(slow.model_dump_json())
+    runner = CliRunner()
+    args = ["predict", "--format", "json", "--k", "3", "--acceptance", "0.7"]
+    default = json.loads(runner.invoke(app, args).output)
+    mine = json.loads(runner.invoke(app, [*args, "--calibration", str(path)]).output)
+    # Half the effective bandwidth: the memory-bound batch-1 step takes about twice as long.
+    assert mine["tpot_ms_baseline"] > 1.6 * default["tpot_ms_baseline"]
+    assert mine["calibration"] == slow.calibration.model_dump()  # the file names its source
