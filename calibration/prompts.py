@@ -113,18 +113,19 @@ def approx_tokens(text: str) -> int:
 
 
 def _record(rng: random.Random, i: int) -> str:
-    name = rng.choice(_NAMES)
     return (
-        f"- order {1000 + i}: customer {name} {rng.choice(_NAMES)}son, city {rng.choice(_CITIES)},"
-        f" item {rng.choice(_ITEMS)}, quantity {rng.randint(1, 9)},"
-        f" price {rng.randint(5, 400)}.{rng.randint(0, 99):02d}, paid {rng.choice(['yes', 'no'])}\n"
+        f'  {{"id": {1000 + i}, "customer": "{rng.choice(_NAMES)} {rng.choice(_NAMES)}son",'
+        f' "city": "{rng.choice(_CITIES)}", "item": "{rng.choice(_ITEMS)}",'
+        f' "qty": {rng.randint(1, 9)}, "price": {rng.randint(5, 400)}.{rng.randint(0, 99):02d},'
+        f' "paid": {rng.choice(["true", "false"])}}},\n'
     )
 
 
 def _sql_row(rng: random.Random, i: int) -> str:
     return (
-        f"({i}, '{rng.choice(_NAMES)}', '{rng.choice(_CITIES)}', '{rng.choice(_ITEMS)}',"
-        f" {rng.randint(1, 9)}, {rng.randint(5, 400)}.{rng.randint(0, 99):02d})\n"
+        f"INSERT INTO orders VALUES ({i}, '{rng.choice(_NAMES)}', '{rng.choice(_CITIES)}',"
+        f" '{rng.choice(_ITEMS)}', {rng.randint(1, 9)},"
+        f" {rng.randint(5, 400)}.{rng.randint(0, 99):02d});\n"
     )
 
 
@@ -143,10 +144,7 @@ def _code_fn(rng: random.Random, i: int) -> str:
 
 
 def _sentence(rng: random.Random, i: int) -> str:
-    return (
-        f"The {rng.choice(_ADJ)} {rng.choice(_NOUNS)} {rng.choice(_VERBS)} the "
-        f"{rng.choice(_ADJ)} {rng.choice(_NOUNS)} near {rng.choice(_CITIES)}. "
-    )
+    return f"{rng.choice(_ADJ)} {rng.choice(_NOUNS)}, "
 
 
 def _fact(rng: random.Random, i: int) -> str:
@@ -171,46 +169,45 @@ def _chat_turn(rng: random.Random, i: int) -> str:
 _BANK: dict[Category, tuple[str, Callable[[random.Random, int], str], str, str]] = {
     # category: (instruction, filler unit, material header, closing)
     "json": (
-        "Convert every order below into a JSON array of objects with the keys id, customer, city,"
-        " item, quantity, price (number) and paid (boolean). Output only the JSON.",
+        "Return the JSON array below unchanged, except that every object gets one more key,"
+        ' "currency": "EUR", after "price". Output only the JSON.',
         _record,
-        "Orders:\n",
-        "JSON:",
+        "[\n",
+        "]",
     ),
     "sql": (
-        "Here is a table orders(id, customer, city, item, qty, price). Write one SQL INSERT"
-        " statement per row below, then a query for total revenue per city.",
+        "Rewrite the SQL below so that every INSERT goes into the table orders_2024 instead of"
+        " orders, keeping all values unchanged; then add a query for total revenue per city.",
         _sql_row,
-        "Rows:\n",
-        "SQL:",
+        "```sql\n",
+        "```",
     ),
     "code_edit": (
-        "Rewrite the Python module below: rename `orders` to `purchases` everywhere, add type"
-        " hints, and return the complete updated module.",
+        "Rewrite the Python module below: rename the parameter `orders` to `purchases`"
+        " everywhere and return the complete updated module, otherwise unchanged.",
         _code_fn,
         "```python\n",
-        "```\nUpdated module:",
+        "```",
     ),
     "story": (
         "Write a long, original story about {topic}. Invent the characters, give them voices,"
-        " and end with a surprise. Use these images as loose inspiration only:",
+        " and end with a surprise. Images you may borrow from:",
         _sentence,
         "\n",
-        "\nStory:",
+        "\n",
     ),
     "poem": (
-        "Write a free-verse poem about {topic}, with vivid, unexpected imagery."
-        " Draw on moods like:",
+        "Write a free-verse poem about {topic}, with vivid, unexpected imagery. Moods to draw on:",
         _sentence,
         "\n",
-        "\nPoem:",
+        "\n",
     ),
     "brainstorm": (
         "Brainstorm many different, unusual ideas for a small business built around {topic}."
-        " Give each idea a name and a one-line pitch. Context notes:",
+        " Give each idea a name and a one-line pitch. Themes to mix:",
         _sentence,
         "\n",
-        "\nIdeas:",
+        "\n",
     ),
     "document_qa": (
         "Read the company history below and answer: which branch hired the most people, and who"

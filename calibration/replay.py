@@ -28,11 +28,22 @@ from calibration.schemas import (
 REQUEST_TIMEOUT_S = 600.0
 
 
+def endpoint(request: ReplayRequest) -> str:
+    """Chat requests go through the model's chat template; others are raw completions."""
+    return "/v1/chat/completions" if request.chat else "/v1/completions"
+
+
 def completion_payload(handle: ServerHandle, request: ReplayRequest) -> dict[str, object]:
-    """The /v1/completions body: forced length (max_tokens + ignore_eos), logged sampling."""
-    payload: dict[str, object] = {
-        "model": handle.model,
-        "prompt": request.prompt if request.prompt is not None else request.prompt_token_ids,
+    """The request body: forced length (max_tokens + ignore_eos), logged sampling, streamed with
+    a final usage chunk (a speculative chunk can carry several tokens, so chunks are no count)."""
+    payload: dict[str, object] = {"model": handle.model}
+    if request.chat:
+        payload["messages"] = [{"role": "user", "content": request.prompt}]
+    else:
+        payload["prompt"] = (
+            request.prompt if request.prompt is not None else request.prompt_token_ids
+        )
+    payload |= {
         "max_tokens": request.max_tokens,
         "temperature": request.temperature,
         "top_p": request.top_p,
@@ -59,6 +70,13 @@ def summarize_gaps(gaps_ms: Sequence[float]) -> LatencySummary | None:
     )
 
 
+def _has_content(choice: dict[str, object]) -> bool:
+    """A streamed choice that carries output (text, chat delta content, or token ids)."""
+    delta = choice.get("delta")
+    content = delta.get("content") if isinstance(delta, dict) else None
+    return bool(choice.get("text") or content or choice.get("token_ids"))
+
+
 async def replay_one(
     client: httpx.AsyncClient,
     handle: ServerHandle,
@@ -72,7 +90,7 @@ async def replay_one(
     error: str | None = None
     try:
         async with client.stream(
-            "POST", "/v1/completions", json=completion_payload(handle, request)
+            "POST", endpoint(request), json=completion_payload(handle, request)
         ) as response:
             if response.status_code != 200:
                 body = (await response.aread()).decode(errors="replace")[:300]
@@ -88,7 +106,7 @@ async def replay_one(
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 choices = chunk.get("choices") or []
-                if any(c.get("text") or c.get("token_ids") for c in choices):
+                if any(_has_content(c) for c in choices):
                     chunk_times.append(now)
     except (httpx.HTTPError, RuntimeError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"

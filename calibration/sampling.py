@@ -1,7 +1,7 @@
 """Which logged requests to replay, and when a segment has been measured enough.
 
-Draw: per segment of advisor.segments (the temp tables `advisor_scope` and `advisor_segment_map`
-that `segment()` leaves on the connection), a random order stratified by prompt-length quartile,
+Draw: per segment of advisor.segments (the scoped rows and the `advisor_segment_map` table that
+`segment()` leaves on the connection), a random order stratified by prompt-length quartile,
 so that any prefix of it is a stratified sample. Sequential rule: replay a segment in rounds;
 it stops when the 95% intervals on acceptance and on speedup are narrower than the precision
 asked for, or at its request/minute budget. Each round's requests go to the segments whose
@@ -20,10 +20,14 @@ from pydantic import BaseModel, Field
 
 from advisor.errors import AdvisorError
 from advisor.schemas import SegmentStats
-from advisor.segments import SCOPE, UNLABELLED, Bands, band_index_sql
+from advisor.segments import SCOPE, UNLABELLED, Bands, band_index_sql, merge_cells
+from advisor.store import scalar
 from calibration.prompts import TokenCounter, approx_tokens, prompt_for
 from calibration.schemas import ReplayRequest, SegmentRun
 
+ROWS_VIEW = (
+    "advisor_rows"  # the scope with concurrency filled in, where advisor.concurrency adds it
+)
 SUBSTRATA = 4  # prompt-length quartiles within a segment
 CONTEXT_MARGIN = 8  # tokens kept free below max_model_len (chat templates, BOS)
 
@@ -42,6 +46,49 @@ class Sampled:
     prompt_text: str | None
 
 
+_DIMS = (
+    ("temperature", "temperature"),
+    ("prompt", "prompt_tokens"),
+    ("output", "output_tokens"),
+    ("concurrency", "concurrency"),
+)
+
+
+def _map_cells(
+    con: duckdb.DuckDBPyConnection, source: str, segments: Sequence[SegmentStats], bands: Bands
+) -> str:
+    """Rebuild segment membership with advisor.segments' public pieces (band_index_sql and
+    merge_cells, the same deterministic merge) into a temp table, and return the join condition.
+    Segment i of `segment()` is merge i, which the per-segment counts double-check."""
+    exprs = {dim: band_index_sql("s." + col, getattr(bands, dim)) for dim, col in _DIMS}
+    cols = ", ".join(f"{exprs[dim]} AS {dim}_i" for dim, _ in _DIMS)
+    rows = con.execute(
+        f"SELECT task, {', '.join(d + '_i' for d, _ in _DIMS)}, count(*)"
+        f" FROM (SELECT s.task, {cols} FROM {source} s) GROUP BY ALL"
+    ).fetchall()
+    merged = merge_cells({tuple(r[:5]): r[5] for r in rows}, bands.min_share)
+    if [m.n for m in merged] != [s.n for s in segments]:
+        raise AdvisorError(
+            "Sampling found other segments than the ones given; compute the segments on this "
+            "connection with advisor.segments.segment() and the same bands just before drawing."
+        )
+    members = [(i, c) for i, m in enumerate(merged) for c in m.cells]
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE calibration_cell_map AS SELECT unnest($seg) AS seg,"
+        " unnest($task) AS task, unnest($t) AS temperature_i, unnest($p) AS prompt_i,"
+        " unnest($o) AS output_i, unnest($c) AS concurrency_i",
+        {
+            "seg": [m[0] for m in members],
+            "task": [m[1][0] for m in members],
+            "t": [m[1][1] for m in members],
+            "p": [m[1][2] for m in members],
+            "o": [m[1][3] for m in members],
+            "c": [m[1][4] for m in members],
+        },
+    )
+    return " AND ".join([f"m.{dim}_i = {exprs[dim]}" for dim, _ in _DIMS] + ["m.task = s.task"])
+
+
 def draw(
     con: duckdb.DuckDBPyConnection,
     segments: Sequence[SegmentStats],
@@ -51,49 +98,47 @@ def draw(
 ) -> dict[str, list[Sampled]]:
     """Up to `max_per_segment` requests per segment, in replay order (stratified prefixes).
 
-    Logged prompt text comes from a logged request of the same task and prompt length (the scope
-    table keeps lengths, not ids), which is an equivalent prompt for replay.
+    Needs the scoped rows of advisor.segments on `con` (create_scope, concurrency.fill) and the
+    `segments` computed from them with `bands`. Logged prompt text comes from a logged request
+    of the same task and prompt length (the scope keeps lengths, not ids), which is an
+    equivalent prompt for replay.
     """
-    on = " AND ".join(
-        f"m.{dim}_i = {band_index_sql('s.' + col, getattr(bands, dim))}"
-        for dim, col in (
-            ("temperature", "temperature"),
-            ("prompt", "prompt_tokens"),
-            ("output", "output_tokens"),
-            ("concurrency", "concurrency"),
-        )
-    )
-    try:
-        rows = con.execute(
-            f"""
-            WITH member AS (
-                SELECT s.rid, m.seg, s.task, s.prompt_tokens, s.output_tokens, s.temperature,
-                       s.concurrency,
-                       ntile({SUBSTRATA}) OVER (PARTITION BY m.seg ORDER BY s.prompt_tokens) AS q
-                FROM {SCOPE} s JOIN advisor_segment_map m ON m.task = s.task AND {on}
-            ), ranked AS (
-                SELECT *, row_number() OVER (PARTITION BY seg, q ORDER BY hash(rid, $seed)) AS r
-                FROM member
-            ), chosen AS (
-                SELECT *, row_number() OVER (PARTITION BY seg ORDER BY r, q) AS pick
-                FROM ranked
-            ), texts AS (
-                SELECT coalesce(task, '{UNLABELLED}') AS task, prompt_tokens,
-                       any_value(prompt_text) AS prompt_text
-                FROM requests WHERE prompt_text IS NOT NULL GROUP BY ALL
-            )
-            SELECT c.seg, c.rid, c.task, c.prompt_tokens, c.output_tokens, c.temperature,
-                   c.concurrency, t.prompt_text
-            FROM chosen c LEFT JOIN texts t USING (task, prompt_tokens)
-            WHERE c.pick <= $n ORDER BY c.seg, c.pick
-            """,
-            {"seed": seed, "n": max_per_segment},
-        ).fetchall()
-    except duckdb.CatalogException as exc:
+    views = "SELECT count(*) FROM duckdb_views() WHERE view_name = ?"
+    tables = "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?"
+    source = ROWS_VIEW if scalar(con, views, [ROWS_VIEW]) else SCOPE
+    if source == SCOPE and not scalar(con, tables, [SCOPE]):
         raise AdvisorError(
-            "Sampling needs the segments of this connection: run advisor.segments.segment() "
-            f"first ({exc})."
-        ) from exc
+            "Sampling needs the scoped requests on this connection: run "
+            "advisor.segments.create_scope() and segment() first."
+        )
+    on = _map_cells(con, source, segments, bands)
+    rows = con.execute(
+        f"""
+        WITH base AS (
+            SELECT m.seg, s.task, s.prompt_tokens, s.output_tokens, s.temperature,
+                   s.concurrency, hash(s, $seed) AS h
+            FROM {source} s JOIN calibration_cell_map m ON {on}
+        ), member AS (
+            SELECT *,
+                   row_number() OVER (ORDER BY h, prompt_tokens, output_tokens) AS rid,
+                   ntile({SUBSTRATA}) OVER (PARTITION BY seg ORDER BY prompt_tokens, h) AS q
+            FROM base
+        ), ranked AS (
+            SELECT *, row_number() OVER (PARTITION BY seg, q ORDER BY rid) AS r FROM member
+        ), chosen AS (
+            SELECT *, row_number() OVER (PARTITION BY seg ORDER BY r, q) AS pick FROM ranked
+        ), texts AS (
+            SELECT coalesce(task, '{UNLABELLED}') AS task, prompt_tokens,
+                   min(prompt_text) AS prompt_text
+            FROM requests WHERE prompt_text IS NOT NULL GROUP BY ALL
+        )
+        SELECT c.seg, c.rid, c.task, c.prompt_tokens, c.output_tokens, c.temperature,
+               c.concurrency, t.prompt_text
+        FROM chosen c LEFT JOIN texts t USING (task, prompt_tokens)
+        WHERE c.pick <= $n ORDER BY c.seg, c.pick
+        """,
+        {"seed": seed, "n": max_per_segment},
+    ).fetchall()
     out: dict[str, list[Sampled]] = {s.key: [] for s in segments}
     for seg, rid, task, p, o, temp, conc, text in rows:
         key = segments[seg].key
@@ -177,14 +222,12 @@ def _half_width(values: Sequence[float]) -> float:
     return _t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
 
 
-def request_acceptance(tokens: int, chunks: int, k: int) -> float | None:
-    """Per-request acceptance from the stream: after the first chunk (prefill), each chunk is one
-    verification step carrying 1 + accepted tokens. Used for the interval only; the point estimate
-    comes from the server's counters."""
-    if chunks < 2 or tokens < 2 or k < 1:
+def accepted_per_step(tokens: int, chunks: int) -> float | None:
+    """Accepted tokens per decode step of one request, from its stream: after the first chunk
+    (prefill), each chunk is one engine step carrying 1 + accepted tokens."""
+    if chunks < 2 or tokens < 2:
         return None
-    per_step = (tokens - 1) / (chunks - 1)
-    return min(1.0, max(0.0, (per_step - 1) / k))
+    return (tokens - 1) / (chunks - 1) - 1
 
 
 def estimate(
@@ -197,10 +240,15 @@ def estimate(
     and whether the segment may stop."""
     drafts = sum(r.delta.num_draft_tokens for r in speculative if r.delta)
     accepted = sum(r.delta.num_accepted_tokens for r in speculative if r.delta)
-    k = max((len(r.delta.accepted_per_pos) for r in speculative if r.delta), default=0)
+    acceptance = accepted / drafts if drafts else None
     spec_records = [rec for run in speculative for rec in run.ok_records]
-    per_request = [request_acceptance(r.output_tokens, r.chunks, k) for r in spec_records]
-    acc_hw = _half_width([a for a in per_request if a is not None])
+    # The counters give only batch totals, so the interval comes from the per-request spread of
+    # accepted tokens per step (relative half-width, carried over to the counters' estimate; not
+    # every step drafts with ngram, so the per-step figure itself is not the acceptance rate).
+    per_step = [accepted_per_step(r.output_tokens, r.chunks) for r in spec_records]
+    values = [v for v in per_step if v is not None]
+    rel_hw = _half_width(values) / statistics.fmean(values) if values and any(values) else math.inf
+    acc_hw = math.inf if acceptance is None else min(1.0, acceptance * rel_hw)
     base_e2e = {rec.request_id: rec.e2e_ms for run in baseline for rec in run.ok_records}
     log_ratios = [
         math.log(base_e2e[r.request_id] / r.e2e_ms)
@@ -223,7 +271,7 @@ def estimate(
         segment_key=key,
         n=n,
         minutes=minutes,
-        acceptance=accepted / drafts if drafts else None,
+        acceptance=acceptance,
         acceptance_half_width=acc_hw,
         speedup=speedup,
         speedup_half_width=speed_hw,

@@ -69,6 +69,9 @@ class ReplayRequest(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     ignore_eos: bool = True
+    chat: bool = Field(
+        default=False, description="send as one user message to /v1/chat/completions (template)"
+    )
     task: str | None = None
     prompt_source: Literal["logged", "synthesized", "token_ids"] = "synthesized"
 
@@ -76,6 +79,8 @@ class ReplayRequest(BaseModel):
     def _has_prompt(self) -> ReplayRequest:
         if (self.prompt is None) == (self.prompt_token_ids is None):
             raise ValueError("give exactly one of prompt and prompt_token_ids")
+        if self.chat and self.prompt is None:
+            raise ValueError("a chat request needs prompt text")
         return self
 
 

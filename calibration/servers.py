@@ -116,22 +116,48 @@ def attach(url: str, role: Role) -> ServerHandle:
     return probe(url, role)
 
 
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float | None = None) -> None:
-    """SIGTERM the server's process group, then SIGKILL whatever is left after the grace time."""
-    grace_s = STOP_GRACE_S if grace_s is None else grace_s
-    pgid = proc.pid  # the server leads its own session, so its pid is the group id
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies awaiting a reaper do not count)."""
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
-            return
-        time.sleep(0.2)
+            return False
+        return True
+    for stat in proc_dir.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _wait_group(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait until the group has no running process; True if it got there in time."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        proc.poll()  # reap the leader so it does not linger as a zombie
+        if not _group_alive(proc.pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float | None = None) -> None:
+    """SIGTERM the server's process group (the server leads its own session, so its pid is the
+    group id), then SIGKILL whatever is left after the grace time."""
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGTERM)
+    if _wait_group(proc, grace_s):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    _wait_group(proc, 10.0)
     proc.wait()
 
 
