@@ -39,7 +39,7 @@ from collectors.jsonsql import extract, messages_text, ms_between, records
 
 REQUEST = ("$.request", "$.request.body", "$.body")
 RESPONSE = ("$.response", "$.response.body", "$")
-COMPLETION_OBJECTS = {"chat.completion", "text_completion"}
+COMPLETION_OBJECTS = {"chat.completion", "text_completion", "response"}
 
 
 def _under(prefixes: tuple[str, ...], *suffixes: str) -> tuple[str, ...]:
@@ -49,7 +49,10 @@ def _under(prefixes: tuple[str, ...], *suffixes: str) -> tuple[str, ...]:
 def _is_completion(value: object) -> bool:
     return isinstance(value, dict) and (
         value.get("object") in COMPLETION_OBJECTS
-        or (isinstance(value.get("usage"), dict) and "prompt_tokens" in value["usage"])
+        or (
+            isinstance(value.get("usage"), dict)
+            and bool({"prompt_tokens", "input_tokens"} & set(value["usage"]))
+        )
         or ("choices" in value and "id" in value)
     )
 
@@ -66,7 +69,7 @@ def _is_log_line(record: dict) -> bool:
             return True
         if isinstance(request, dict) and (_is_completion(response) or "error" in response):
             return True
-    return record.get("object") in COMPLETION_OBJECTS and "choices" in record
+    return record.get("object") in COMPLETION_OBJECTS and bool({"choices", "output"} & set(record))
 
 
 def detect(sample: Sample) -> bool:
@@ -77,22 +80,25 @@ def select(options: Options) -> str:
     paths = {
         "request_id": ("$.request_id", "$.custom_id", "$.id", "$.response.id"),
         "start": ("$.start_time", "$.request_ts", "$.timestamp", "$.created_at"),
-        "created": _under(RESPONSE, ".created"),
+        "created": _under(RESPONSE, ".created", ".created_at"),
         "end": ("$.end_time", "$.response_ts"),
         "first_token": ("$.first_token_time",),
         "ttft_ms": ("$.ttft_ms", "$.time_to_first_token_ms"),
         "e2e_ms": ("$.latency_ms", "$.duration_ms"),
-        "prompt_tokens": _under(RESPONSE, ".usage.prompt_tokens"),
-        "output_tokens": _under(RESPONSE, ".usage.completion_tokens"),
+        "prompt_tokens": _under(RESPONSE, ".usage.prompt_tokens", ".usage.input_tokens"),
+        "output_tokens": _under(RESPONSE, ".usage.completion_tokens", ".usage.output_tokens"),
         "temperature": _under(REQUEST, ".temperature"),
         "top_p": _under(REQUEST, ".top_p"),
-        "max_tokens": _under(REQUEST, ".max_tokens", ".max_completion_tokens"),
+        "max_tokens": _under(
+            REQUEST, ".max_tokens", ".max_completion_tokens", ".max_output_tokens"
+        ),
         "model": _under(RESPONSE, ".model") + _under(REQUEST, ".model"),
         "tenant": ("$.metadata.tenant", *_under(REQUEST, ".user")),
         "task": (options.task_path("metadata.task"),),
         "messages": _under(REQUEST, ".messages"),
-        "prompt": _under(REQUEST, ".prompt"),
+        "prompt": _under(REQUEST, ".prompt", ".input"),
         "output": _under(RESPONSE, ".choices[0].message.content", ".choices[0].text"),
+        "output_items": _under(RESPONSE, ".output"),
         "error": (
             "$.error.message",
             "$.response.error.message",
@@ -120,14 +126,15 @@ def select(options: Options) -> str:
                coalesce(TRY_CAST({f["ttft_ms"]} AS DOUBLE),
                         {ms_between(start, f["first_token"])}) AS ttft_ms,
                coalesce(TRY_CAST({f["e2e_ms"]} AS DOUBLE), {ms_between(start, f["end"])}) AS e2e_ms,
-               coalesce({messages_text(f["messages"])}, {f["prompt"]}) AS prompt_text,
-               {f["output"]} AS output_text,
+               coalesce({messages_text(f["messages"])},
+                        {messages_text(f["prompt"])}) AS prompt_text,
+               coalesce({f["output"]}, {messages_text(f["output_items"])}) AS output_text,
                CASE WHEN {f["error"]} IS NOT NULL
                          THEN 'request failed: ' || left({f["error"]}, 200)
                     WHEN TRY_CAST({f["status"]} AS INTEGER) >= 400
                          THEN 'request failed with HTTP status ' || {f["status"]}
                     WHEN {f["prompt_tokens"]} IS NULL AND {f["output_tokens"]} IS NULL
-                         THEN 'response has no usage.prompt_tokens/completion_tokens'
+                         THEN 'response has no token usage'
                               || ' (a stream logged without stream_options.include_usage?)'
                END AS reject_reason
         FROM (SELECT line, raw, CASE WHEN json_valid(raw) THEN {values} END AS v FROM src)

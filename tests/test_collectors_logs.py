@@ -82,8 +82,7 @@ def test_openai_gateway_log_imports_with_values_and_rejects(con):
 
     assert rejects(con, summary.import_id) == {
         31: "line is not valid JSON (truncated or corrupt)",
-        32: "response has no usage.prompt_tokens/completion_tokens"
-        " (a stream logged without stream_options.include_usage?)",
+        32: "response has no token usage (a stream logged without stream_options.include_usage?)",
         33: "temperature 'warm' is not a number",
         34: "request failed: Rate limit reached for requests",
     }
@@ -124,6 +123,32 @@ def test_openai_bare_completion_objects(con, tmp_path):
     assert summary.format == "openai" and summary.rows_accepted == 1
     stored = request(con, "chatcmpl-1")
     assert (stored["prompt_tokens"], stored["output_tokens"]) == (12, 3)
+
+
+def test_openai_responses_api_lines(con, tmp_path):
+    body = {
+        "model": "gpt-4.1-mini", "temperature": 0.4, "max_output_tokens": 300,
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi there"}]}],
+    }  # fmt: skip
+    reply = {
+        "id": "resp_1", "object": "response", "created_at": 1714557600, "status": "completed",
+        "model": "gpt-4.1-mini", "error": None,
+        "output": [
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": "Hello!", "annotations": []}]},
+        ],
+        "usage": {"input_tokens": 21, "output_tokens": 7, "total_tokens": 28},
+    }  # fmt: skip
+    log = tmp_path / "responses.jsonl"
+    log.write_text(json.dumps({"request_id": "r1", "request": body, "response": reply}))
+    summary = ingest_file(con, log, store_text=True)
+    assert (summary.format, summary.rows_accepted) == ("openai", 1)
+    stored = request(con, "r1")
+    assert (stored["prompt_tokens"], stored["output_tokens"]) == (21, 7)
+    assert (stored["temperature"], stored["max_tokens"]) == (0.4, 300)
+    assert stored["arrival_ts"] == datetime(2024, 5, 1, 10, 0)
+    assert (stored["prompt_text"], stored["output_text"]) == ("Hi there", "Hello!")
 
 
 def test_generic_jsonl_is_not_taken_for_openai(tmp_path):
