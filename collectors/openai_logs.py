@@ -25,11 +25,16 @@ Three line shapes are read, told apart per line by which paths exist:
 Detection needs one of these three in the first lines: a `request` (or `body`) object beside a
 completion `response`, a `custom_id` line with a completion `response.body`, or a bare completion.
 
-The arrival is the logged start, else the response's `created` (epoch seconds). The task label is
-read from `--task-key` (default `metadata.task`), a path into the whole line. Prompt text is the
-messages' contents (text parts joined) or `prompt`; output text is choices[0]'s message content or
-text. A line whose call failed (`error` set or HTTP status >= 400) is rejected with the error.
-A missing temperature is left empty, not assumed to be the server default.
+Responses API objects (`"object": "response"`, `/v1/responses`) are read in all three shapes:
+usage.input_tokens / output_tokens, max_output_tokens, `input` (text or items), and the text of
+the `output` message items (reasoning items skipped).
+
+The arrival is the logged start, else the response's `created` / `created_at` (epoch
+seconds). The task label is read from `--task-key` (default `metadata.task`), a path into the
+whole line. Prompt text is the messages' contents (text parts joined) or `prompt` / `input`
+(a list of several prompts gives none); output text is choices[0]'s message content or text.
+A line whose call failed (`error` set or HTTP status >= 400) is rejected with the error. A
+missing temperature is left empty, not assumed to be the server default.
 """
 
 from __future__ import annotations
