@@ -16,11 +16,12 @@ One row per `Received request` line, joined on the request id in SQL. Arrival is
 timestamp, finish the last output line's (vLLM's default log format has one-second resolution and
 no year: an `MM-DD` date takes the most recent year that puts it not in the future; a logging
 config with full `YYYY-MM-DD HH:MM:SS[.fff]` times is read as is). temperature, top_p and
-max_tokens come from SamplingParams; prompt/output token counts are the lengths of the logged
-token id lists. vLLM logs no per-request latency, so ttft_ms and e2e_ms stay empty, and no task
-label. `--max-log-len` truncates the logged id lists, so set it high (or leave it unset) for true
-counts. Requests without a logged output token count, aborted requests and pooling (embedding)
-requests are rejected with that reason.
+max_tokens come from SamplingParams, the model from the startup `args` line when the log has it;
+prompt/output token counts are the lengths of the logged token id lists. vLLM logs no
+per-request latency, so ttft_ms and e2e_ms stay empty, and no task label. `--max-log-len`
+truncates the logged id lists, so set it high (or leave it unset) for true counts. Requests
+without a logged output token count, aborted requests and pooling (embedding) requests are
+rejected with that reason.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ import re
 from collectors.base import Collector, Options, Sample
 
 RECEIVED = re.compile(r"Received request \S+: (prompt|params): ")
+# The served model from the startup line: `non-default args: {'model_tag': '...'}` (0.8+)
+# or `args: Namespace(... model='...', ...)` (older). SQL-quoted.
+MODEL_ARG = r"""\bmodel(?:_tag)?''?(?::|=) ?''([^'']+)''"""
 
 
 def _ts(raw: str) -> str:
@@ -130,11 +134,15 @@ def select(options: Options) -> str:
                        string_agg({output}, '' ORDER BY line) FILTER (WHERE delta)) AS output_text
             FROM ev WHERE oid <> '' GROUP BY oid
         ),
-        aborted AS (SELECT DISTINCT aid AS id FROM ev WHERE aid <> '')
+        aborted AS (SELECT DISTINCT aid AS id FROM ev WHERE aid <> ''),
+        served AS (
+            SELECT NULLIF(regexp_extract(raw, '{MODEL_ARG}', 1), '') AS model FROM src
+            WHERE raw LIKE '%args: %' AND regexp_matches(raw, '{MODEL_ARG}') ORDER BY line LIMIT 1
+        )
         SELECT r.line, r.raw, r.rid AS request_id, r.ts AS arrival_ts, o.finish AS finish_ts,
                coalesce(r.prompt_n, d.prompt_n) AS prompt_tokens,
                o.output_n AS output_tokens,
-               r.temperature, r.top_p, r.max_tokens,
+               r.temperature, r.top_p, r.max_tokens, (SELECT model FROM served) AS model,
                coalesce(r.prompt_text, d.prompt_text) AS prompt_text,
                o.output_text,
                CASE WHEN r.params_kind = '' THEN 'request line is incomplete (no params logged)'

@@ -353,6 +353,7 @@ def test_vllm_server_log_joins_requests_with_outputs(con):
     assert req["arrival_ts"] == datetime(year, 8, 21, 14, 0, 9)
     assert req["finish_ts"] == datetime(year, 8, 21, 14, 0, 10)
     assert req["task"] is None and req["ttft_ms"] is None and req["e2e_ms"] is None
+    assert req["model"] == "meta-llama/Llama-3.1-8B-Instruct"  # from the startup args line
     assert req["prompt_text"].startswith("<|begin_of_text|><|start_header_id|>user")
     assert "\n\nQuestion 3: what is next?" in req["prompt_text"]
     assert req["output_text"] == "Answer 3: it's fine.\nDone."  # repr() escapes undone
