@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
-from pydantic import BaseModel
+from datetime import datetime
+
+from fastapi import APIRouter, HTTPException, Response
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from advisor.calibrations import (
     CalibrationSummary,
@@ -12,8 +14,18 @@ from advisor.calibrations import (
     list_calibrations,
     parameter_drift,
 )
-from api.deps import V1, Db
+from advisor.errors import BadInput
+from advisor.schemas import Method
+from advisor.segments import Bands, Filters
+from api.deps import V1, Db, Service, ServiceDep
 from api.errors import ERROR_RESPONSES, ErrorBody
+from api.jobs import Job, Progress
+from api.routes_advice import Name
+from calibration.run import Outcome, Plan, RunSettings, make_plan
+from calibration.run import Progress as RunProgress
+from calibration.run import calibrate as run_calibration
+from calibration.sampling import Precision, Sampled
+from calibration.servers import attach
 
 router = APIRouter(prefix=V1, tags=["calibrations"], responses=ERROR_RESPONSES)
 _NOT_FOUND = {404: {"model": ErrorBody, "description": "No such calibration."}}
@@ -72,3 +84,92 @@ def diff(a: str, b: str, con: Db) -> CalibrationDiff:
         b=CalibrationSummary(**right.model_dump(include=set(CalibrationSummary.model_fields))),
         drift=drift,
     )
+
+
+class CalibrationJobRequest(BaseModel):
+    """`advisor calibrate --baseline-url --speculative-url` as a body (attach mode only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    baseline_url: AnyHttpUrl = Field(description="a running vLLM server without speculation")
+    speculative_url: AnyHttpUrl = Field(description="a running vLLM server with speculation")
+    method: Method = Field(description="what the speculative server runs (it does not say)")
+    k: int = Field(ge=1, le=16, description="its num_speculative_tokens")
+    gpu: Name = "h200"
+    target: Name | None = Field(
+        None, description="catalogue name of the served model; null: the name the server reports"
+    )
+    draft: Name | None = Field(None, description="catalogue name of the draft model or head")
+    import_ids: list[int] = Field(default_factory=list, description="only these imports")
+    since: datetime | None = Field(None, description="only arrivals at or after (UTC)")
+    until: datetime | None = Field(None, description="only arrivals before (UTC)")
+    model: str | None = Field(None, description="only requests logged for this model")
+    tenant: str | None = Field(None, description="only this tenant / route")
+    bands: Bands = Field(default_factory=Bands)
+    precision: Precision = Field(default_factory=Precision)
+    max_concurrency: int = Field(16, ge=1, le=1024)
+    time_limit_minutes: float | None = Field(None, gt=0, description="whole run; then partial")
+    seed: int = 0
+    notes: str | None = Field(None, max_length=2000)
+
+    def settings(self) -> RunSettings:
+        return RunSettings(
+            gpu=self.gpu, target=self.target or "(served model)", method=self.method,
+            draft=self.draft, k=self.k, bands=self.bands, precision=self.precision,
+            filters=Filters(import_ids=self.import_ids, since=self.since, until=self.until,
+                            model=self.model, tenant=self.tenant),
+            max_concurrency=self.max_concurrency, time_limit_minutes=self.time_limit_minutes,
+            seed=self.seed, notes=self.notes,
+        )  # fmt: skip
+
+
+def _calibration_work(
+    svc: Service, body: CalibrationJobRequest, plan: Plan, samples: dict[str, list[Sampled]]
+):
+    """The job: attach to both servers, replay, fit and store (calibration.run.calibrate)."""
+
+    def work(progress: Progress) -> Outcome:
+        progress(0.0, "attaching to the servers")
+        baseline = attach(str(body.baseline_url), "baseline")
+        speculative = attach(str(body.speculative_url), "speculative")
+        if body.target is None:
+            plan.settings.target = baseline.model
+
+        def report(p: RunProgress) -> None:
+            progress(
+                p.done_requests / max(1, p.budget_requests),
+                f"segment {p.segment_key}: {p.role}, round {p.round}",
+            )
+
+        cur = svc.con.cursor()
+        try:
+            return run_calibration(cur, plan, samples, baseline, speculative, report)
+        finally:
+            cur.close()
+
+    return work
+
+
+@router.post(
+    "/calibrations",
+    response_model=Job,
+    status_code=202,
+    responses={202: {"description": "The job started; poll GET /v1/jobs/{job_id}."}},
+)
+def start_calibration(
+    body: CalibrationJobRequest, svc: ServiceDep, con: Db, response: Response
+) -> Job:
+    """Start a calibration against two running vLLM servers; returns the job to poll.
+
+    The plan (segments and samples of the imported traffic) is made before answering, so a
+    filter that matches nothing is a 400 now rather than a failed job later.
+    """
+    dep_names = [n for n in (body.target, body.draft) if n is not None]
+    unknown = [n for n in dep_names if n.lower() not in svc.catalog.models]
+    if unknown:
+        known = ", ".join(sorted(svc.catalog.models))
+        raise BadInput(f"unknown model {unknown[0]!r}; known models: {known}.")
+    plan, samples = make_plan(con, body.settings())
+    job = svc.jobs.submit("calibration", body, _calibration_work(svc, body, plan, samples))
+    response.headers["Location"] = f"{V1}/jobs/{job.job_id}"
+    return job

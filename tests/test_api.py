@@ -428,21 +428,35 @@ def advisor_serve(db_path: Path, *args: str) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def test_restart_marks_running_jobs_interrupted_never_done(db_path: Path) -> None:
+def test_restart_marks_a_running_calibration_interrupted_never_done(db_path: Path) -> None:
+    """A real calibration job is running when `advisor serve` is stopped; after a restart the
+    job reads interrupted (and a finished job keeps its status)."""
+    from tests.fake_vllm import fake_vllm
+
+    _requests_db(db_path)
     con = connect(db_path)
     con.execute(
-        "INSERT INTO jobs (job_id, kind, status, progress, created_at, started_at)"
-        " VALUES ('cut', 'calibration', 'running', 0.4, now(), now()),"
-        " ('fine', 'calibration', 'done', 1.0, now(), now())"
+        "INSERT INTO jobs (job_id, kind, status, progress, created_at, finished_at)"
+        " VALUES ('fine', 'calibration', 'done', 1.0, now(), now())"
     )
     con.close()
-    with advisor_serve(db_path) as url:
-        cut = httpx.get(f"{url}/v1/jobs/cut").json()
-        assert cut["status"] == "interrupted"
-        assert cut["progress"] == pytest.approx(0.4)
-        assert "stopped" in cut["error"]
-        assert httpx.get(f"{url}/v1/jobs/fine").json()["status"] == "done"
-        assert httpx.get(f"{url}/v1/jobs/none").status_code == 404
+    with fake_vllm(False, step_s=0.05) as base, fake_vllm(True, step_s=0.05) as spec:
+        body = {"baseline_url": base.url, "speculative_url": spec.url, "method": "ngram", "k": 4}
+        with advisor_serve(db_path) as url, httpx.Client(base_url=url, timeout=60) as c:
+            job_id = c.post("/v1/calibrations", json=body).json()["job_id"]
+            running = _wait_for_job(c, job_id, {"running", "done", "failed"})
+            assert running["status"] == "running"
+            for _ in range(600):  # until the replay itself has begun
+                if base.hits.get("/v1/completions"):
+                    break
+                time.sleep(0.05)
+        with advisor_serve(db_path) as url, httpx.Client(base_url=url) as c:
+            cut = c.get(f"/v1/jobs/{job_id}").json()
+            assert cut["status"] == "interrupted"
+            assert "stopped" in cut["error"] and cut["result"] is None
+            assert c.get("/v1/jobs/fine").json()["status"] == "done"
+            assert c.get("/v1/jobs/none").status_code == 404
+            assert c.get("/v1/calibrations").json() == []  # nothing half-stored
 
 
 def test_serve_refuses_a_busy_database_in_one_sentence(db_path: Path) -> None:
@@ -506,3 +520,69 @@ def test_calibrations_list_get_and_diff(db_path: Path) -> None:
         [moved] = diff["drift"]
         assert (moved["parameter"], moved["a"], moved["b"]) == ("bandwidth_efficiency", 0.8, 0.6)
         assert moved["change_pct"] == pytest.approx(-25.0)
+
+
+def _requests_db(db_path: Path, n: int = 60) -> None:
+    """Logged requests in two tasks (json, story), greedy, short, concurrency 1-2."""
+    con = connect(db_path)
+    con.executemany(
+        "INSERT INTO requests (request_id, source, import_id, line, prompt_tokens, output_tokens,"
+        " temperature, task, concurrency, concurrency_source) VALUES (?, 'test', 1, ?, ?, ?, 0.0,"
+        " ?, ?, 'log')",
+        [(f"r{i}", i, 60 + i, 40 + i % 8, "json" if i % 2 else "story", 1 + i % 2)
+         for i in range(n)],
+    )  # fmt: skip
+    con.close()
+
+
+def _wait_for_job(c: httpx.Client, job_id: str, until: set[str]) -> dict:
+    for _ in range(1200):
+        job = c.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in until:
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} stayed {job['status']}")
+
+
+def test_calibration_job_replays_on_two_servers_and_stores_the_calibration(
+    db_path: Path,
+) -> None:
+    from tests.fake_vllm import fake_vllm
+
+    _requests_db(db_path)
+    with fake_vllm(False) as base, fake_vllm(True) as spec, serve(db_path) as url, \
+            httpx.Client(base_url=url, timeout=60) as c:  # fmt: skip
+        body = {"baseline_url": base.url, "speculative_url": spec.url, "method": "ngram", "k": 4,
+                "precision": {"max_requests": 8, "pilot": 4}, "notes": "from the API"}  # fmt: skip
+        started = c.post("/v1/calibrations", json=body)
+        assert started.status_code == 202, started.text
+        job = started.json()
+        assert started.headers["location"] == f"/v1/jobs/{job['job_id']}"
+        assert job["kind"] == "calibration" and job["status"] in {"queued", "running"}
+        done = _wait_for_job(c, job["job_id"], {"done", "failed"})
+        assert done["status"] == "done", done["error"]
+        assert done["progress"] == 1.0
+        cal_id = done["result"]["calibration_id"]
+        stored = c.get(f"/v1/calibrations/{cal_id}").json()
+        assert (stored["method"], stored["k"], stored["notes"]) == ("ngram", 4, "from the API")
+        assert stored["target"] == "fake-model"  # what the server reports, as the CLI does
+        assert base.hits["/v1/completions"] == spec.hits["/v1/completions"] > 0
+
+
+def test_calibration_job_bad_input_and_dead_servers(db_path: Path) -> None:
+    _requests_db(db_path)
+    dead = f"http://127.0.0.1:{_free_port()}"
+    with serve(db_path) as url, httpx.Client(base_url=url, timeout=60) as c:
+        body = {"baseline_url": dead, "speculative_url": dead, "method": "ngram", "k": 4}
+        no_match = c.post("/v1/calibrations", json={**body, "import_ids": [42]})
+        assert no_match.status_code == 400 and "No requests match" in no_match.json()["detail"]
+        bad = c.post("/v1/calibrations", json={**body, "baseline_url": "ftp://x", "k": 0})
+        assert bad.status_code == 422
+        assert {e["path"] for e in bad.json()["errors"]} == {"body.baseline_url", "body.k"}
+        unknown = c.post("/v1/calibrations", json={**body, "target": "gpt-9"})
+        assert unknown.status_code == 400 and "llama-3.1-8b" in unknown.json()["detail"]
+        job = c.post("/v1/calibrations", json=body).json()
+        failed = _wait_for_job(c, job["job_id"], {"done", "failed"})
+        assert failed["status"] == "failed"
+        assert "did not answer /health" in failed["error"]
+        assert "Traceback" not in failed["error"]
