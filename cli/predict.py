@@ -9,12 +9,13 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
+from advisor.calibrations import profile_for
 from advisor.catalog import load_catalog
 from advisor.errors import BadInput
 from advisor.predict import predict as run_predict
-from advisor.profile import load_profile
+from advisor.profile import Profile, load_profile
 from advisor.schemas import Deployment
-from cli.common import handles_errors, out
+from cli.common import DbOption, handles_errors, open_db, out
 
 METHODS = ("eagle3", "eagle", "draft_model", "ngram", "suffix", "mtp")
 
@@ -49,6 +50,18 @@ def make_deployment(
         raise BadInput(f"--{field} {first.get('input')!r}: {first['msg']}.") from None
 
 
+def pick_profile(gpu: str, calibration: str | None, db: Path | None) -> Profile:
+    """A stored calibration's fitted profile (id or `latest`), else a shipped/JSON profile."""
+    text = (calibration or "").strip()
+    if text.isdigit() or text.lower() == "latest":
+        con = open_db(db, read_only=True)
+        try:
+            return profile_for(con, text)
+        finally:
+            con.close()
+    return load_profile(gpu, text or None)
+
+
 @handles_errors
 def predict(
     gpu: Annotated[str, typer.Option(help="GPU catalogue name (see --catalog).")] = "h200",
@@ -71,8 +84,8 @@ def predict(
         typer.Option(
             "--calibration",
             "--profile",
-            help="Shipped profile name or profile JSON path (default: the GPU's shipped "
-            "profile, else roofline; see `advisor profiles list`).",
+            help="Stored calibration id or `latest` (needs --db), a shipped profile name or a "
+            "profile JSON path (default: the GPU's shipped profile, else roofline).",
         ),
     ] = None,
     catalog: Annotated[
@@ -80,13 +93,14 @@ def predict(
         typer.Option(help="Extra GPU/model catalogue JSON file (also ADVISOR_CATALOG)."),
     ] = None,
     format_: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    db: DbOption = None,
 ) -> None:
     """Predict baseline vs speculative decoding for B requests of P prompt and O output tokens."""
     if format_ not in ("table", "json"):
         raise BadInput(f"--format {format_!r} must be table or json.")
     dep = make_deployment(gpu, target, method, draft, k, gpu_memory_utilization, tp)
     cat = load_catalog(catalog)
-    prof = load_profile(dep.gpu, profile)
+    prof = pick_profile(dep.gpu, profile, db)
     pred = run_predict(dep, acceptance, batch, prompt_tokens, output_tokens, prof, cat)
     if format_ == "json":
         typer.echo(pred.model_dump_json(indent=2))

@@ -100,3 +100,10 @@ def test_predict_uses_a_profile_file_given_as_calibration(tmp_path: Path) -> Non
     # Half the effective bandwidth: the memory-bound batch-1 step takes about twice as long.
     assert mine["tpot_ms_baseline"] > 1.6 * default["tpot_ms_baseline"]
     assert mine["calibration"] == slow.calibration.model_dump()  # the file names its source
+
+
+def test_predict_reads_stored_calibrations_from_the_database(con, db_path: Path) -> None:
+    con.close()  # the fixture created and migrated a real, empty database
+    res = CliRunner().invoke(app, ["predict", "--calibration", "7", "--db", str(db_path)])
+    assert res.exit_code == 2
+    assert "There is no calibration 7 in this database" in res.output.replace("\n", "")
