@@ -216,11 +216,11 @@ def get_model(name: str, catalog: Catalog | None = None) -> ModelSpec:
     spec = cat.models.get(name.lower())
     if spec is not None:
         return spec
-    if _looks_like_path(name):
+    if _looks_like_path(name) and Path(name).exists():
         return model_from_hf_config(name)
     raise BadInput(
-        f"unknown model {name!r}; known models: {', '.join(sorted(cat.models))} "
-        "(or give a local HF config.json path)."
+        f"unknown model {name!r} (not a catalogue name, not an existing local config.json); "
+        f"known models: {', '.join(sorted(cat.models))}."
     )
 
 

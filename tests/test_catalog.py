@@ -92,6 +92,8 @@ def test_unknown_names_list_the_valid_ones() -> None:
         get_gpu("h900")
     with pytest.raises(BadInput, match=r"known models: .*llama-3\.1-8b"):
         get_model("gpt-5")
+    with pytest.raises(BadInput, match=r"unknown model 'meta-llama/Llama-3\.1-8B' \(not a"):
+        get_model("meta-llama/Llama-3.1-8B")  # a hub id is not a local file
 
 
 def test_drafts_are_checked_against_the_method_and_target() -> None:
