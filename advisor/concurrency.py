@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from advisor.segments import SCOPE
+from advisor.segments import ROWS, SCOPE
 from advisor.store import one
 
 ServiceTime = Callable[[float, float, float], float]
@@ -31,43 +31,27 @@ ServiceTime = Callable[[float, float, float], float]
 # 256 is vLLM's --max-num-seqs default (vllm/engine/arg_utils.py, EngineArgs.max_num_seqs).
 MAX_BATCH = 256
 _STEPS_PER_OCTAVE = 4  # service-time buckets are 2^(1/4) apart: within +-9% of every request
-_BIN_US = 10_000  # estimated counts bin events to 10 ms; exact counts use the full sweep
+BIN_US = 10_000  # estimated counts bin events to 10 ms; exact counts use the full sweep
+WINDOW_US = 100_000  # the batch a request meets: the mean in-flight count over 100 ms
 
 
-def overlap_counts_sql(rows_sql: str, finish_expr: str, key: str, bin_us: int | None = None) -> str:
+def overlap_counts_sql(rows_sql: str, finish_expr: str, key: str) -> str:
     """SELECT `key`, c: requests in flight at each arrival, the request itself included.
 
     `rows_sql` yields `key`, `arrival_ts` and whatever `finish_expr` (a TIMESTAMP expression)
-    reads. With `bin_us` None the count is exact: a sweep over arrival and finish events in which
-    finishes sort before arrivals at the same instant, so a request that ends as another starts
-    does not overlap it. With `bin_us` the events are counted per bin of that many microseconds
-    (a hash aggregation instead of a sort of every event, several times faster on millions of
-    rows); a request then sees the load at the end of its arrival's bin, off by at most the
-    events inside one bin.
+    reads. A sweep over arrival and finish events in which finishes sort before arrivals at the
+    same instant, so a request that ends as another starts does not overlap it.
     """
-    if bin_us is None:
-        return f"""
-            WITH r AS ({rows_sql}),
-            ev AS (
-                SELECT {key} AS k, arrival_ts AS ts, 1 AS delta, 1 AS is_arrival FROM r
-                UNION ALL
-                SELECT NULL, {finish_expr}, -1, 0 FROM r
-            )
-            SELECT k AS {key}, sum(delta) OVER (ORDER BY ts, is_arrival, k
-                                               ROWS UNBOUNDED PRECEDING) AS c
-            FROM ev QUALIFY is_arrival = 1
-        """
     return f"""
         WITH r AS ({rows_sql}),
         ev AS (
-            SELECT epoch_us(arrival_ts) // {bin_us} AS b, 1 AS delta FROM r
+            SELECT {key} AS k, arrival_ts AS ts, 1 AS delta, 1 AS is_arrival FROM r
             UNION ALL
-            SELECT epoch_us({finish_expr}) // {bin_us}, -1 FROM r
-        ),
-        per_bin AS (SELECT b, sum(delta) AS d FROM ev GROUP BY b),
-        running AS (SELECT b, sum(d) OVER (ORDER BY b) AS c FROM per_bin)
-        SELECT r.{key}, greatest(running.c, 1)::INTEGER AS c
-        FROM r JOIN running ON running.b = epoch_us(r.arrival_ts) // {bin_us}
+            SELECT NULL, {finish_expr}, -1, 0 FROM r
+        )
+        SELECT k AS {key}, sum(delta) OVER (ORDER BY ts, is_arrival, k
+                                           ROWS UNBOUNDED PRECEDING) AS c
+        FROM ev QUALIFY is_arrival = 1
     """
 
 
@@ -109,73 +93,92 @@ class ConcurrencyInfo:
 def fill(
     con: duckdb.DuckDBPyConnection, service_s: ServiceTime, iterations: int = 2
 ) -> ConcurrencyInfo:
-    """Give every row of `advisor_scope` a concurrency, estimating it where the log cannot."""
-    missing, with_arrival = one(
+    """Give every row of `advisor_scope` a concurrency: the view `advisor_rows`."""
+    logged, derived, estimated, assumed = one(
         con,
-        f"SELECT count(*) FILTER (WHERE concurrency IS NULL),"
-        f" count(*) FILTER (WHERE concurrency IS NULL AND arrival_ts IS NOT NULL) FROM {SCOPE}",
+        "SELECT count(*) FILTER (WHERE concurrency IS NOT NULL AND concurrency_source = 'log'),"
+        " count(*) FILTER (WHERE concurrency IS NOT NULL AND concurrency_source <> 'log'),"
+        " count(*) FILTER (WHERE concurrency IS NULL AND arrival_us IS NOT NULL),"
+        f" count(*) FILTER (WHERE concurrency IS NULL AND arrival_us IS NULL) FROM {SCOPE}",
     )
-    done = 0
-    if with_arrival:
+    if estimated:
         estimate(con, service_s, iterations)
-        done = iterations
-    if missing > with_arrival:
-        con.execute(
-            f"UPDATE {SCOPE} SET concurrency = 1, concurrency_source = 'assumed'"
-            " WHERE concurrency IS NULL"
-        )
-    counts = dict(
-        con.execute(f"SELECT concurrency_source, count(*) FROM {SCOPE} GROUP BY ALL").fetchall()
+        c = "greatest(bins.c, 1)"
+        join = f"LEFT JOIN advisor_bins bins ON bins.b = s.arrival_us // {BIN_US}"
+    else:
+        c, join = "NULL", ""
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW {ROWS} AS SELECT s.* REPLACE ("
+        f" coalesce(s.concurrency, {c}, 1)::INTEGER AS concurrency,"
+        " CASE WHEN s.concurrency IS NOT NULL THEN s.concurrency_source"
+        " WHEN s.arrival_us IS NOT NULL THEN 'estimated' ELSE 'assumed' END"
+        f" AS concurrency_source) FROM {SCOPE} s {join}"
     )
     return ConcurrencyInfo(
-        logged=counts.get("log", 0),
-        derived=counts.get("derived", 0),
-        estimated=counts.get("estimated", 0),
-        assumed=counts.get("assumed", 0),
-        iterations=done,
+        logged=logged,
+        derived=derived,
+        estimated=estimated,
+        assumed=assumed,
+        iterations=max(iterations, 1) if estimated else 0,
     )
 
 
 def estimate(con: duckdb.DuckDBPyConnection, service_s: ServiceTime, iterations: int = 2) -> None:
-    """Estimate concurrency for scoped rows that have an arrival but no concurrency.
+    """`advisor_bins(b, c)`: requests in flight at the end of each 10 ms bin b.
 
-    Start from batch 1; each iteration predicts every request's service time at the batch the
-    previous count gave it, sets its finish to arrival + that time (a logged finish wins), and
-    recounts the overlaps over all scoped arrivals. Two iterations settle all but overloaded
-    traces, where the count keeps growing and the reasons will say the GPU is saturated anyway.
+    Start from batch 1 (or the logged concurrency); each iteration predicts every request's
+    service time at the batch the previous count gave it (the mean over its 100 ms window), sets
+    its finish to arrival + that time (a logged finish wins), and recounts. Two iterations settle
+    all but overloaded traces, where the count keeps growing and the reasons say the GPU is
+    saturated anyway.
+
+    Counting per bin (arrivals minus finishes, then a running sum over the bins) is hash
+    aggregation instead of a sort of every arrival and finish event, several times faster on
+    millions of rows; a request then sees the load at the end of its arrival's bin, off by at
+    most the events inside one bin. Arrivals per bin are counted once; each iteration only
+    re-counts the predicted finishes.
     """
+    per_window = WINDOW_US // BIN_US
     con.execute(
-        f"UPDATE {SCOPE} SET concurrency_source = 'estimated'"
-        " WHERE concurrency IS NULL AND arrival_ts IS NOT NULL"
+        "CREATE OR REPLACE TEMP TABLE advisor_est AS SELECT arrival_us, finish_us,"
+        f" concurrency AS logged, {_bucket('prompt_tokens')}::SMALLINT AS pb,"
+        f" {_bucket('output_tokens')}::SMALLINT AS ob, arrival_us // {WINDOW_US} AS w"
+        f" FROM {SCOPE} WHERE arrival_us IS NOT NULL"
     )
-    batch = "1"
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE advisor_arrivals AS"
+        f" SELECT arrival_us // {BIN_US} AS b, count(*) AS n FROM advisor_est GROUP BY b"
+    )
+    batch, prev = "coalesce(e.logged, 1)", ""
     for _ in range(max(iterations, 1)):
-        _service_times(con, service_s, batch)
-        finish = (
-            "coalesce(finish_ts, arrival_ts + to_microseconds(us))"
-            if _has_logged_finish(con)
-            else "arrival_ts + to_microseconds(us)"
-        )
-        rows = (
-            f"SELECT s.rid, s.arrival_ts, s.finish_ts, lat.us FROM {SCOPE} s"
-            " JOIN advisor_latency lat ON lat.pb = " + _bucket("s.prompt_tokens") + " AND lat.ob = "
-            f"{_bucket('s.output_tokens')} AND lat.cb = {_bucket(batch, cap=True)}"
-            " WHERE s.arrival_ts IS NOT NULL"
+        cb = _bucket(batch, cap=True)
+        _service_times(con, service_s, f"SELECT DISTINCT pb, ob, {cb} FROM advisor_est e {prev}")
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE advisor_bins AS
+            WITH finishes AS (
+                SELECT coalesce(e.finish_us, e.arrival_us + lat.us) // {BIN_US} AS b,
+                       -count(*) AS n
+                FROM advisor_est e {prev} JOIN advisor_latency lat
+                  ON lat.pb = e.pb AND lat.ob = e.ob AND lat.cb = {cb}
+                GROUP BY b
+            ),
+            per_bin AS (
+                SELECT b, sum(n) AS d FROM (FROM advisor_arrivals UNION ALL FROM finishes)
+                GROUP BY b
+            )
+            SELECT b, sum(d) OVER (ORDER BY b) AS c FROM per_bin
+            """
         )
         con.execute(
-            "CREATE OR REPLACE TEMP TABLE advisor_overlap AS "
-            + overlap_counts_sql(rows, finish, "rid", bin_us=_BIN_US)
+            "CREATE OR REPLACE TEMP TABLE advisor_batch AS SELECT"
+            f" b // {per_window} AS w, greatest(avg(c), 1) AS c FROM advisor_bins GROUP BY 1"
         )
-        con.execute(
-            f"UPDATE {SCOPE} SET concurrency = o.c FROM advisor_overlap o"
-            f" WHERE {SCOPE}.rid = o.rid AND {SCOPE}.concurrency_source = 'estimated'"
-        )
-        batch = "s.concurrency"
-    con.execute("DROP TABLE IF EXISTS advisor_overlap")
-
-
-def _has_logged_finish(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(one(con, f"SELECT count(*) FROM {SCOPE} WHERE finish_ts IS NOT NULL")[0])
+        batch, prev = "coalesce(e.logged, bt.c)", "JOIN advisor_batch bt USING (w)"
+    con.execute(
+        "DROP TABLE advisor_latency; DROP TABLE advisor_batch; DROP TABLE advisor_est;"
+        " DROP TABLE advisor_arrivals"
+    )
 
 
 def _bucket(expr: str, cap: bool = False) -> str:
@@ -184,12 +187,10 @@ def _bucket(expr: str, cap: bool = False) -> str:
     return f"round({_STEPS_PER_OCTAVE} * log2({value}))::INTEGER"
 
 
-def _service_times(con: duckdb.DuckDBPyConnection, service_s: ServiceTime, batch: str) -> None:
-    """Table advisor_latency(pb, ob, cb, us): the model's service time per distinct bucket."""
-    keys = con.execute(
-        f"SELECT DISTINCT {_bucket('s.prompt_tokens')}, {_bucket('s.output_tokens')},"
-        f" {_bucket(batch, cap=True)} FROM {SCOPE} s WHERE s.arrival_ts IS NOT NULL"
-    ).fetchall()
+def _service_times(con: duckdb.DuckDBPyConnection, service_s: ServiceTime, keys_sql: str) -> None:
+    """Table advisor_latency(pb, ob, cb, us): the model's service time per distinct bucket, so
+    Python evaluates the model a few thousand times, never once per row."""
+    keys = con.execute(keys_sql).fetchall()
     micros = [max(1, round(1e6 * service_s(_value(p), _value(o), _value(c)))) for p, o, c in keys]
     con.execute(
         "CREATE OR REPLACE TEMP TABLE advisor_latency AS SELECT unnest($p) AS pb,"

@@ -2,10 +2,11 @@
 
 A segment is task label x temperature band x prompt-length band x output-length band x
 concurrency band (DESIGN.md, "The decision model"). Band assignment, counting and percentiles run
-in SQL over the scoped requests (`advisor_scope`, built by `create_scope` and completed with
-concurrency by advisor.concurrency). Only the small table of non-empty cells comes to Python, where
-cells under the minimum share merge into their nearest neighbour: the same task first, then the
-fewest band steps away, then the larger neighbour. Every scoped request lands in exactly one
+in SQL over the scoped requests: the temp table `advisor_scope` (built by `create_scope`), seen
+through the view `advisor_rows` that advisor.concurrency.fill adds every request's concurrency
+to. Only the small table of non-empty cells comes to Python, where cells under the minimum share
+merge into their nearest neighbour: the same task first, then the fewest band steps away, then
+the larger neighbour. Every scoped request lands in exactly one
 segment, so the shares sum to 1.
 """
 
@@ -23,6 +24,7 @@ from advisor.schemas import SegmentStats
 from advisor.store import one
 
 SCOPE = "advisor_scope"
+ROWS = "advisor_rows"  # SCOPE with concurrency filled in (advisor.concurrency.fill)
 UNLABELLED = "unlabelled"
 Cell = tuple[str, int, int, int, int]  # task and the four band indices
 _DIMS = ("temperature", "prompt", "output", "concurrency")
@@ -114,13 +116,18 @@ def create_scope(con: duckdb.DuckDBPyConnection, filters: Filters) -> Scope:
     where, params = filters.where()
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE {SCOPE} AS"
-        " SELECT row_number() OVER () AS rid, arrival_ts, finish_ts, prompt_tokens, output_tokens,"
-        " temperature, coalesce(task, ?) AS task, concurrency, concurrency_source,"
+        " SELECT epoch_us(arrival_ts) AS arrival_us, epoch_us(finish_ts) AS finish_us,"
+        " prompt_tokens, output_tokens, temperature, coalesce(task, ?) AS task, concurrency,"
+        " concurrency_source,"
         " prompt_text IS NOT NULL AS has_text"
         f" FROM requests WHERE {where}",
         [UNLABELLED, *params],
     )
-    n, first, last = one(con, f"SELECT count(*), min(arrival_ts), max(arrival_ts) FROM {SCOPE}")
+    n, first, last = one(
+        con,
+        f"SELECT count(*), make_timestamp(min(arrival_us)), make_timestamp(max(arrival_us))"
+        f" FROM {SCOPE}",
+    )
     no_output_where = where.replace("output_tokens IS NOT NULL", "output_tokens IS NULL", 1)
     without = one(con, f"SELECT count(*) FROM requests WHERE {no_output_where}", params)[0]
     if n == 0:
@@ -136,11 +143,17 @@ def _describe(filters: Filters) -> str:
     return ", ".join(f"{k}={v}" for k, v in given.items()) or "no filters"
 
 
+def _literal(edge: float) -> str:
+    """An integer literal for whole edges (a DECIMAL literal would make DuckDB cast every integer
+    column to DECIMAL to compare: several times slower), else a DOUBLE."""
+    return str(int(edge)) if float(edge).is_integer() else f"{float(edge)!r}::DOUBLE"
+
+
 def band_index_sql(column: str, edges: list[float]) -> str:
     """0 below the first edge, i at or above the i-th edge; -1 for NULL."""
     if not edges:
         return f"CASE WHEN {column} IS NULL THEN -1 ELSE 0 END"
-    steps = " + ".join(f"({column} >= {float(e)!r})::INTEGER" for e in edges)
+    steps = " + ".join(f"({column} >= {_literal(e)})::INTEGER" for e in edges)
     return f"CASE WHEN {column} IS NULL THEN -1 ELSE {steps} END"
 
 
@@ -210,38 +223,49 @@ def _merge_cost(small: _Segment, other: _Segment) -> tuple[int, int, int]:
     return (a[0] != b[0], steps, -other.n)
 
 
-def segment(con: duckdb.DuckDBPyConnection, bands: Bands) -> list[SegmentStats]:
-    """Segments of `advisor_scope` (concurrency filled in), largest first."""
+def _cell_code_sql(bands: Bands) -> tuple[str, list[int]]:
+    """One integer per cell from the four band indices (each shifted by 1 so -1 'unknown' fits):
+    grouping and joining on one integer is cheaper than on four expressions."""
     idx = _index_exprs(bands)
-    cols = ", ".join(f"{idx[d]} AS {d}_i" for d in _DIMS)
-    rows = con.execute(
-        f"SELECT task, {', '.join(d + '_i' for d in _DIMS)}, count(*)"
-        f" FROM (SELECT task, {cols} FROM {SCOPE}) GROUP BY ALL"
-    ).fetchall()
-    cells = {tuple(r[:5]): r[5] for r in rows}
+    sizes = [len(getattr(bands, d)) + 2 for d in _DIMS]
+    code = "0"
+    for d, size in zip(_DIMS, sizes, strict=True):
+        code = f"({code}) * {size} + ({idx[d]} + 1)"
+    return code, sizes
+
+
+def _decode(code: int, sizes: list[int]) -> tuple[int, ...]:
+    out = []
+    for size in reversed(sizes):
+        code, rem = divmod(code, size)
+        out.append(rem - 1)
+    return tuple(reversed(out))
+
+
+def segment(con: duckdb.DuckDBPyConnection, bands: Bands) -> list[SegmentStats]:
+    """Segments of `advisor_rows` (the scope with concurrency filled in), largest first."""
+    code, sizes = _cell_code_sql(bands)
+    rows = con.execute(f"SELECT task, {code} AS cell, count(*) FROM {ROWS} GROUP BY ALL").fetchall()
+    cells = {(r[0], *_decode(r[1], sizes)): r[2] for r in rows}
+    codes = {(r[0], *_decode(r[1], sizes)): r[1] for r in rows}
     segments = merge_cells(cells, bands.min_share)
 
     members = [(i, c) for i, s in enumerate(segments) for c in s.cells]
     con.execute(
         "CREATE OR REPLACE TEMP TABLE advisor_segment_map AS SELECT"
-        " unnest($seg) AS seg, unnest($task) AS task, unnest($t) AS temperature_i,"
-        " unnest($p) AS prompt_i, unnest($o) AS output_i, unnest($c) AS concurrency_i",
+        " unnest($seg) AS seg, unnest($task) AS task, unnest($cell) AS cell",
         {
             "seg": [m[0] for m in members],
             "task": [m[1][0] for m in members],
-            "t": [m[1][1] for m in members],
-            "p": [m[1][2] for m in members],
-            "o": [m[1][3] for m in members],
-            "c": [m[1][4] for m in members],
+            "cell": [codes[m[1]] for m in members],
         },
     )
-    joined = " AND ".join(f"m.{d}_i = {idx[d]}" for d in _DIMS)
     stats = con.execute(
         "SELECT m.seg, count(*),"
         " quantile_cont(prompt_tokens, [0.5, 0.95]), quantile_cont(output_tokens, [0.5, 0.95]),"
         " quantile_cont(temperature, 0.5), quantile_cont(concurrency, [0.5, 0.95]),"
         " bool_or(concurrency_source = 'estimated'), bool_or(has_text)"
-        f" FROM {SCOPE} s JOIN advisor_segment_map m ON m.task = s.task AND {joined}"
+        f" FROM {ROWS} s JOIN advisor_segment_map m ON m.task = s.task AND m.cell = {code}"
         " GROUP BY m.seg ORDER BY m.seg"
     ).fetchall()
     total = sum(r[1] for r in stats)

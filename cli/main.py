@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import ingest, keys, predict, profiles, serve
+from cli import ingest, keys, predict, profiles, recommend, serve
 
 app = typer.Typer(
     name="advisor",
@@ -21,6 +21,7 @@ app.command()(serve.serve)
 app.add_typer(keys.app, name="keys")
 app.command()(predict.predict)
 app.add_typer(profiles.app, name="profiles")
+app.command()(recommend.recommend)
 # new commands: register here, one line each.
 
 

@@ -112,7 +112,7 @@ def test_concurrency_is_estimated_from_arrivals_and_service_time(con):
     segs, info = run(con, service=lambda p, o, b: 2.5)
     assert info.estimated == 100 and info.iterations == 2 and info.was_estimated
     assert all(s.concurrency_estimated for s in segs)
-    counts = dict(con.execute("SELECT concurrency, count(*) FROM advisor_scope GROUP BY ALL")
+    counts = dict(con.execute("SELECT concurrency, count(*) FROM advisor_rows GROUP BY ALL")
                   .fetchall())  # fmt: skip
     assert counts == {1: 1, 2: 1, 3: 98}
 
@@ -127,7 +127,7 @@ def test_estimation_iterates_on_batch_dependent_service_time(con):
 
     run(con, service=service)
     assert sorted(set(seen)) == [1.0, pytest.approx(2.0)]
-    assert con.execute("SELECT median(concurrency) FROM advisor_scope").fetchall()[0][0] == 3
+    assert con.execute("SELECT median(concurrency) FROM advisor_rows").fetchall()[0][0] == 3
 
 
 def test_rows_without_arrival_are_assumed_single(con):
