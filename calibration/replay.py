@@ -12,7 +12,7 @@ import itertools
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import httpx
 
@@ -191,6 +191,19 @@ def replay_segment(
     return asyncio.run(
         replay_batch(handle, requests, concurrency, round=round, timeout_s=timeout_s)
     )
+
+
+def token_counter(handle: ServerHandle, timeout_s: float = 30.0) -> Callable[[str], int]:
+    """Count tokens with the server's own tokenizer (vLLM's POST /tokenize), so synthesized
+    prompts hit the logged length exactly rather than by a characters-per-token guess."""
+    client = httpx.Client(base_url=handle.url, timeout=timeout_s)
+
+    def count(text: str) -> int:
+        response = client.post("/tokenize", json={"model": handle.model, "prompt": text})
+        response.raise_for_status()
+        return int(response.json()["count"])
+
+    return count
 
 
 def warm_up(handle: ServerHandle, prompt: str = "Hello", max_tokens: int = 8) -> None:

@@ -152,9 +152,12 @@ def to_requests(
     max_model_len: int | None = None,
     count_tokens: TokenCounter = approx_tokens,
     seed: int = 0,
+    chat: bool = False,
 ) -> list[ReplayRequest]:
     """Replay requests: logged text or a bank prompt of the logged length, the logged output
-    length forced, lengths scaled down together when they exceed the server's context."""
+    length forced, lengths scaled down together when they exceed the server's context. Pass
+    replay.token_counter(handle) as `count_tokens` for exact lengths; `chat` sends each prompt
+    through the model's chat template."""
     out = []
     for i, s in enumerate(sampled):
         prompt_len, output_len = s.prompt_tokens, max(1, s.output_tokens)
@@ -176,6 +179,7 @@ def to_requests(
                 temperature=s.temperature or 0.0,
                 task=s.task,
                 prompt_source=source,
+                chat=chat,
             )
         )
     return out

@@ -10,7 +10,9 @@ import os
 import re
 import stat
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from calibration.schemas import (
     ReplayRecord,
     ReplayRequest,
     SegmentRun,
+    ServerHandle,
     ServerSpec,
     SpecDecodeDelta,
 )
@@ -151,11 +154,62 @@ def test_replay_payload_forces_length_and_counts_usage() -> None:
     assert body["stream_options"] == {"include_usage": True}
 
 
-def test_a_failing_request_is_recorded_not_raised() -> None:
+def test_chat_requests_use_the_chat_endpoint_and_count_delta_content() -> None:
+    with fake_vllm(speculative=False) as fake:
+        handle = servers.attach(fake.url, "baseline")
+    request = requests_for("chat", 1)[0].model_copy(update={"chat": True})
+    body = replay.completion_payload(handle, request)
+    assert replay.endpoint(request) == "/v1/chat/completions"
+    assert body["messages"] == [{"role": "user", "content": request.prompt}]
+    assert "prompt" not in body
+    assert replay._has_content({"delta": {"content": "hi"}})
+    assert not replay._has_content({"delta": {"role": "assistant", "content": ""}})
+    with pytest.raises(ValueError, match="chat request needs prompt text"):
+        ReplayRequest(request_id="x", segment_key="s", prompt_token_ids=[1], prompt_tokens=1,
+                      max_tokens=1, chat=True)  # fmt: skip
+
+
+def test_unreadable_metrics_stop_the_batch_with_the_url() -> None:
     with fake_vllm(speculative=False) as fake:
         handle = servers.attach(fake.url, "baseline").model_copy(update={"url": fake.url + "/x"})
-        with pytest.raises(metrics.MetricsError, match="metrics"):
+        with pytest.raises(metrics.MetricsError, match="/x/metrics"):
             replay.replay_segment(handle, requests_for("chat", 1), concurrency=1)
+
+
+class Refusing(BaseHTTPRequestHandler):
+    """A server whose /metrics works but which refuses every completion."""
+
+    def log_message(self, *args: object) -> None:
+        """Quiet."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        body = b'{"error": "max_tokens is too large"}'
+        self.send_response(400)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_refused_request_is_recorded_not_raised() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        handle = ServerHandle(url=url, role="baseline", vllm_version="x", model="m")
+        run = replay.replay_segment(handle, requests_for("json", 2), concurrency=2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [r.ok for r in run.records] == [False, False]
+    errors = [r.error or "" for r in run.records]
+    assert all("HTTP 400" in e and "too large" in e for e in errors)
+    assert run.output_tokens == 0 and run.delta is None
 
 
 def test_attach_to_something_that_is_not_vllm_names_the_url() -> None:

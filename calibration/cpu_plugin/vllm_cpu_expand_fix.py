@@ -48,6 +48,6 @@ def register() -> None:
 
     if hasattr(cpu_triton_utils, "_expand_kernel_impl"):
         cpu_triton_utils._expand_kernel_impl = expand_kernel_impl
-        init_logger(__name__).info(
+        init_logger("vllm.plugins.spec_advisor_cpu_expand_fix").info(
             "spec-advisor: using a pure-torch CPU expand kernel (speculation, temp > 0)"
         )
