@@ -169,7 +169,9 @@ def _wait_healthy(
         while time.monotonic() < deadline:
             code = proc.poll()
             if code is not None:
-                missing = "" if Path(spec.model).exists() else " (no such local folder)"
+                local = spec.model.startswith(("/", ".", "~"))  # else a hub id like org/name
+                gone = local and not Path(spec.model).expanduser().exists()
+                missing = " (no such local folder)" if gone else ""
                 raise ServerFailed(
                     f"vLLM exited with code {code} before the {spec.role} server for model "
                     f"{spec.model}{missing} became healthy; log {log_path} ends with:\n"
