@@ -46,6 +46,9 @@ class RunSettings(BaseModel):
     precision: Precision = Field(default_factory=Precision)
     max_concurrency: int = Field(default=16, ge=1, description="cap on replay concurrency")
     time_limit_minutes: float | None = Field(default=None, gt=0, description="whole run")
+    chat: bool = Field(
+        default=False, description="replay through /v1/chat/completions (the chat template)"
+    )
     seed: int = 0
     notes: str | None = None
 
@@ -201,7 +204,10 @@ def replay_all(
     settings, rule = plan.settings, plan.settings.precision
     max_len = _max_model_len(baseline, speculative)
     queues = {
-        s.key: sampled_to_requests(samples[s.key], max_model_len=max_len, seed=settings.seed)
+        s.key: [
+            r.model_copy(update={"chat": settings.chat})
+            for r in sampled_to_requests(samples[s.key], max_model_len=max_len, seed=settings.seed)
+        ]
         for s in plan.segments
     }
     conc = {s.key: s.concurrency for s in plan.segments}
@@ -272,8 +278,11 @@ def _fit(
     return fit_acceptance(observations, seed=seed), None
 
 
+Store = duckdb.DuckDBPyConnection | Callable[[], duckdb.DuckDBPyConnection]
+
+
 def fit_and_store(
-    con: duckdb.DuckDBPyConnection,
+    store: Store,
     plan: Plan,
     runs: Sequence[SegmentRun],
     requests: dict[str, ReplayRequest],
@@ -283,7 +292,8 @@ def fit_and_store(
     speculative: ServerHandle,
     created_at: datetime,
 ) -> Outcome:
-    """Fit acceptance (and keep the shipped step costs), then store the calibration."""
+    """Fit acceptance (and keep the shipped step costs), then write the calibration in one
+    transaction: to `store` when it is a connection, else to the one it opens (and closes)."""
     settings = plan.settings
     keys = [s.key for s in plan.segments]
     measured = [k for k in keys if any(r.segment_key == k for r in runs)]
@@ -345,7 +355,14 @@ def fit_and_store(
         fit=fit,
         notes=settings.notes,
     )
-    cal_id = store_calibration(con, header, runs, summaries, requests)
+    if isinstance(store, duckdb.DuckDBPyConnection):
+        cal_id = store_calibration(store, header, runs, summaries, requests)
+    else:
+        con = store()
+        try:
+            cal_id = store_calibration(con, header, runs, summaries, requests)
+        finally:
+            con.close()
     return Outcome(
         calibration_id=cal_id,
         status=status,
@@ -359,19 +376,25 @@ def fit_and_store(
 
 
 def calibrate(
-    con: duckdb.DuckDBPyConnection,
+    store: Store,
     plan: Plan,
     samples: dict[str, list[Sampled]],
     baseline: ServerHandle,
     speculative: ServerHandle,
     on_progress: Callable[[Progress], None] | None = None,
 ) -> Outcome:
-    """Replay, fit and store; partial when it ended early but measured something."""
+    """Replay, fit and store; partial when it ended early but measured something.
+
+    `store` is a connection, or a function that opens one: the CLI opens the database only to
+    write the result, since a replay can take an hour and DuckDB lets one process write the file.
+    """
     if not plan.segments or not any(s.available for s in plan.segments):
         raise BadInput("There is nothing to replay: no segment has a request to sample.")
     created = datetime.now(UTC).replace(tzinfo=None)
     runs, requests, estimates, stop = replay_all(plan, samples, baseline, speculative, on_progress)
-    return fit_and_store(con, plan, runs, requests, estimates, stop, baseline, speculative, created)
+    return fit_and_store(
+        store, plan, runs, requests, estimates, stop, baseline, speculative, created
+    )
 
 
 def speculative_config(

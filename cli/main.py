@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import ingest, keys, predict, profiles, recommend, serve
+from cli import calibrate, ingest, keys, predict, profiles, recommend, serve
 
 app = typer.Typer(
     name="advisor",
@@ -22,6 +22,8 @@ app.add_typer(keys.app, name="keys")
 app.command()(predict.predict)
 app.add_typer(profiles.app, name="profiles")
 app.command()(recommend.recommend)
+app.command(context_settings={"allow_extra_args": True})(calibrate.calibrate)
+app.add_typer(calibrate.calibrations_app, name="calibrations")
 # new commands: register here, one line each.
 
 

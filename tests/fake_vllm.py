@@ -1,10 +1,11 @@
 """A fake vLLM OpenAI-compatible server for tests: real HTTP on a free loopback port.
 
 It answers what the calibration client uses: /health, /version, /v1/models, streaming
-/v1/completions (SSE chunks, a final usage chunk, `[DONE]`), and /metrics in Prometheus text with
-vLLM's spec-decode counters. A speculative fake drafts k tokens per step and accepts a prefix
-whose per-token acceptance depends on the prompt (structured text drafts well, prose does not, a
-higher temperature lowers it), so tests can check that a calibration recovers a known ordering.
+/v1/completions and /v1/chat/completions (SSE chunks, a final usage chunk, `[DONE]`), and
+/metrics in Prometheus text with vLLM's spec-decode counters. A speculative fake drafts k tokens
+per step and accepts a prefix whose per-token acceptance depends on the prompt (structured text
+drafts well, prose does not, a higher temperature lowers it), so tests can check that a
+calibration recovers a known ordering.
 It also counts the requests it got, so a test can prove that a command touched no server, and
 can be told to fail every completion after the first N (an engine that died mid-run).
 """
@@ -20,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STRUCTURED = set('{}[]()<>:;=,"')
+STRUCTURED = set('{}[]()<>:;="')  # JSON/code/SQL syntax; prose has almost none of these
 
 
 def default_alpha(prompt: str, temperature: float) -> float:
@@ -28,7 +29,7 @@ def default_alpha(prompt: str, temperature: float) -> float:
     and lower again at higher temperature."""
     text = prompt.replace(" ", "")
     density = sum(c in STRUCTURED for c in text) / max(1, len(text))
-    base = 0.85 if density > 0.05 else 0.55
+    base = 0.85 if density > 0.03 else 0.55
     return max(0.05, base - 0.3 * temperature)
 
 
@@ -141,10 +142,13 @@ def _handler(state: FakeVllm) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             self._count()
-            if self.path != "/v1/completions":
+            if self.path not in ("/v1/completions", "/v1/chat/completions"):
                 self.send_error(404)
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            chat = self.path == "/v1/chat/completions"
+            if chat:
+                body["prompt"] = "\n".join(m["content"] for m in body["messages"])
             if state.fail_after is not None and state.hits[self.path] > state.fail_after:
                 self.send_error(500, "engine dead")
                 return
@@ -158,7 +162,8 @@ def _handler(state: FakeVllm) -> type[BaseHTTPRequestHandler]:
             sent = 0
             for n in state.chunks(text, max_tokens, float(body.get("temperature") or 0.0)):
                 sent += n
-                chunk = {"choices": [{"index": 0, "text": " tok" * n, "finish_reason": None}]}
+                piece = {"delta": {"content": " tok" * n}} if chat else {"text": " tok" * n}
+                chunk = {"choices": [{"index": 0, **piece, "finish_reason": None}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
