@@ -12,6 +12,7 @@ import duckdb
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 
+from advisor.calibrations import profile_for
 from advisor.catalog import Catalog, get_gpu, get_model
 from advisor.errors import BadInput
 from advisor.profile import Profile, load_profile, profile_names
@@ -52,6 +53,23 @@ class Service:
                 known = ", ".join(sorted(self.catalog.models))
                 raise BadInput(f"unknown model {name!r} in {field_name}; known models: {known}.")
         get_model(dep.target, self.catalog)
+
+    def calibrated(self, gpu: str, calibration: str | None) -> Profile:
+        """The profile a request asked for: a stored calibration's fit (an id or `latest`), a
+        shipped profile name, or by default the GPU's profile. Never a file path."""
+        text = (calibration or "").strip()
+        if text.isdigit() or text.lower() == "latest":
+            cur = self.con.cursor()
+            try:
+                return profile_for(cur, text)
+            finally:
+                cur.close()
+        if text and text not in profile_names():
+            raise BadInput(
+                f"calibration {text!r} is neither a stored calibration id (GET /v1/calibrations),"
+                f" `latest`, nor a shipped profile ({', '.join(profile_names())})."
+            )
+        return self.profile(gpu, text or None)
 
     def profile(self, gpu: str, name: str | None) -> Profile:
         """advisor.profile.load_profile, read once per (gpu, name): shipped profiles are static."""

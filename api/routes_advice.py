@@ -1,14 +1,24 @@
-"""Advice: POST /v1/predict, the same function and JSON as `advisor predict --format json`."""
+"""Advice: POST /v1/predict and POST /v1/recommendations.
+
+The same functions and JSON as `advisor predict --format json` and `advisor recommend --format
+json`: advisor.predict.predict, advisor.recommend.recommend for imported requests, and
+advisor.summary.recommend_summary for a posted workload summary.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from advisor.predict import predict as run_predict
-from advisor.schemas import Deployment, Method, Prediction
+from advisor.recommend import recommend as run_recommend
+from advisor.schemas import Deployment, Method, Prediction, Recommendation
+from advisor.scoring import THRESHOLD
+from advisor.segments import Bands, Filters
+from advisor.summary import WorkloadSummary, recommend_summary
 from api.deps import V1, ServiceDep
 from api.errors import ERROR_RESPONSES
 
@@ -45,8 +55,10 @@ class PredictRequest(DeploymentIn):
     batch: int = Field(1, ge=1, le=4096, description="concurrent requests arriving together")
     prompt_tokens: int = Field(512, ge=1, le=1_048_576)
     output_tokens: int = Field(256, ge=1, le=1_048_576)
-    profile: Name | None = Field(
-        None, description="shipped profile name; null: the GPU's profile, else the roofline"
+    calibration: Name | None = Field(
+        None,
+        description="a stored calibration id, `latest`, or a shipped profile name; "
+        "null: the GPU's shipped profile, else the roofline",
     )
 
 
@@ -63,6 +75,68 @@ async def predict(body: PredictRequest, svc: ServiceDep) -> Prediction:
         body.batch,
         body.prompt_tokens,
         body.output_tokens,
-        svc.profile(dep.gpu, body.profile),
+        svc.calibrated(dep.gpu, body.calibration),
         svc.catalog,
     )
+
+
+class DataRef(BaseModel):
+    """Which imported requests to advise on (all of them when every field is left out)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    import_ids: list[int] = Field(default_factory=list, description="only these imports")
+    since: datetime | None = Field(None, description="only arrivals at or after (UTC)")
+    until: datetime | None = Field(None, description="only arrivals before (UTC)")
+    model: str | None = Field(None, description="only requests logged for this model")
+    tenant: str | None = Field(None, description="only this tenant / route")
+
+    def filters(self) -> Filters:
+        return Filters(**self.model_dump())
+
+
+class RecommendationRequest(BaseModel):
+    """A deployment plus either a workload summary or a reference to imported requests."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deployment: DeploymentIn = Field(default_factory=DeploymentIn)
+    summary: WorkloadSummary | None = Field(None, description="segments with percentiles")
+    data: DataRef | None = Field(None, description="imported requests: ids, time range, filters")
+    bands: Bands = Field(default_factory=Bands, description="band edges and merging")
+    calibration: Name | None = Field(
+        None, description="a stored calibration id, `latest`, or a shipped profile name"
+    )
+    threshold: float = Field(
+        THRESHOLD, ge=1.0, le=10.0, description="enable only when the e2e low end clears this"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RecommendationRequest:
+        if (self.summary is None) == (self.data is None):
+            raise ValueError(
+                "give exactly one of `summary` (a workload summary) and `data` (a reference to "
+                "imported requests; {} means all of them)"
+            )
+        return self
+
+
+@router.post("/recommendations", response_model=Recommendation)
+def recommendations(body: RecommendationRequest, svc: ServiceDep) -> Recommendation:
+    """Per segment: enable, disable or try speculative decoding, with intervals and reasons."""
+    dep = body.deployment.deployment()
+    svc.check_names(dep)
+    profile = svc.calibrated(dep.gpu, body.calibration)
+    if body.summary is not None:
+        return recommend_summary(
+            body.summary, dep, profile, body.bands, threshold=body.threshold, catalog=svc.catalog
+        )
+    assert body.data is not None
+    cur = svc.con.cursor()
+    try:
+        return run_recommend(
+            cur, dep, profile, body.data.filters(), body.bands,
+            threshold=body.threshold, catalog=svc.catalog,
+        )  # fmt: skip
+    finally:
+        cur.close()

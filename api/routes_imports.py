@@ -1,19 +1,31 @@
-"""Imports: upload a log (ingested by collectors.ingest.ingest_file), list them, their rejects."""
+"""Imports: upload a log (collectors.ingest.ingest_file), list imports, rejects and segments."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Request
-from pydantic import BaseModel
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
+from advisor import concurrency, segments
 from advisor.errors import BadInput
-from advisor.schemas import ImportSummary, RejectRow
+from advisor.perf import request_latency_s, resolve
+from advisor.schemas import Deployment, ImportSummary, RejectRow, SegmentStats
+from advisor.segments import Bands, Filters
 from advisor.store import scalar, transaction
 from api.deps import V1, Db, Service, ServiceDep
 from api.errors import ERROR_RESPONSES, ErrorBody
+from api.routes_advice import Name
 from api.uploads import spooled_upload
 from collectors.base import Options
 from collectors.ingest import ingest_file
@@ -151,3 +163,74 @@ def list_rejects(
     cols = ("import_id", "file", "line", "reason", "raw")
     rejects = [RejectRow(**dict(zip(cols, r, strict=True))) for r in rows]
     return RejectPage(import_id=import_id, total=total, rejects=rejects)
+
+
+_BANDS = Bands()
+
+
+class SegmentQuery(BaseModel):
+    """Filters and bands for GET /v1/segments (query parameters; lists repeat the name)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    import_id: list[int] = Field(default_factory=list, description="only these imports")
+    since: datetime | None = Field(None, description="only arrivals at or after (UTC)")
+    until: datetime | None = Field(None, description="only arrivals before (UTC)")
+    model: str | None = Field(None, description="only requests logged for this model")
+    tenant: str | None = Field(None, description="only this tenant / route")
+    gpu: Name = Field("h200", description="for estimating concurrency from arrivals alone")
+    target: Name = Field("llama-3.1-8b", description="likewise: the served model")
+    prompt_bands: list[float] = Field(default_factory=lambda: list(_BANDS.prompt))
+    output_bands: list[float] = Field(default_factory=lambda: list(_BANDS.output))
+    temperature_bands: list[float] = Field(default_factory=lambda: list(_BANDS.temperature))
+    concurrency_bands: list[float] = Field(default_factory=lambda: list(_BANDS.concurrency))
+    min_share: float = Field(_BANDS.min_share, ge=0.0, le=0.5, description="merge smaller ones")
+
+    @field_validator("prompt_bands", "output_bands", "temperature_bands", "concurrency_bands")
+    @classmethod
+    def _edges(cls, edges: list[float], info: ValidationInfo) -> list[float]:
+        """advisor.segments.Bands' own rule for edges, so a bad list is a 422, not a 500."""
+        dim = info.field_name.removesuffix("_bands")
+        try:
+            Bands.model_validate({dim: edges})
+        except ValidationError as exc:
+            raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        return edges
+
+    def bands(self) -> Bands:
+        return Bands(
+            prompt=self.prompt_bands, output=self.output_bands,
+            temperature=self.temperature_bands, concurrency=self.concurrency_bands,
+            min_share=self.min_share,
+        )  # fmt: skip
+
+
+class SegmentsPage(BaseModel):
+    """The segments of the selected requests, largest first."""
+
+    requests: int
+    concurrency_estimated: bool
+    segments: list[SegmentStats]
+
+
+@router.get("/segments", response_model=SegmentsPage)
+def list_segments(
+    query: Annotated[SegmentQuery, Query()], svc: ServiceDep, con: Db
+) -> SegmentsPage:
+    """Segment the imported requests (task x temperature x prompt x output x concurrency band).
+
+    The same steps as a recommendation's first half: scope by the filters, fill in concurrency
+    (logged, derived from finish times, or estimated with the target's service time), segment.
+    """
+    bands = query.bands()
+    dep = Deployment(gpu=query.gpu, target=query.target)
+    svc.check_names(dep)
+    setup = resolve(dep, svc.profile(dep.gpu, None), svc.catalog)
+    filters = Filters(
+        import_ids=query.import_id, since=query.since, until=query.until,
+        model=query.model, tenant=query.tenant,
+    )  # fmt: skip
+    scope = segments.create_scope(con, filters)
+    info = concurrency.fill(con, lambda p, o, b: request_latency_s(setup, p, o, b)[1])
+    stats = segments.segment(con, bands)
+    return SegmentsPage(requests=scope.n, concurrency_estimated=info.was_estimated, segments=stats)

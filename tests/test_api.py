@@ -118,7 +118,8 @@ def test_predict_returns_what_advisor_predict_prints(client: httpx.Client) -> No
         ({"target": "llama-9"}, "llama-3.1-8b"),
         ({"target": "config.json"}, "llama-3.1-8b"),  # a path is never opened over HTTP
         ({"method": "draft_model", "draft": "tiny"}, "llama-3.2-1b"),
-        ({"profile": "nope"}, "roofline"),
+        ({"calibration": "nope"}, "roofline"),
+        ({"calibration": "7"}, "no calibration 7"),
     ],
 )
 def test_predict_unknown_names_get_400_with_the_valid_ones(
@@ -143,6 +144,110 @@ def test_predict_invalid_body_names_each_bad_field(client: httpx.Client) -> None
     )
     assert bad_json.status_code == 422
     _no_trace(bad_json)
+
+
+def _upload_code_trace(c: httpx.Client) -> dict:
+    with CODE_CSV.open("rb") as f:
+        r = c.post("/v1/imports", files={"file": ("code.csv", f, "text/csv")})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_recommendations_from_imported_data_equal_advisor_recommend(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    imported = _upload_code_trace(client)
+    body = {"deployment": {"gpu": "h200", "method": "eagle3"},
+            "data": {"import_ids": [imported["import_id"]]}}  # fmt: skip
+    r = client.post("/v1/recommendations", json=body)
+    assert r.status_code == 200, r.text
+    cli = subprocess.run(
+        [sys.executable, "-m", "cli", "recommend", str(CODE_CSV), "--gpu", "h200", "--method",
+         "eagle3", "--format", "json", "--db", str(tmp_path / "cli.duckdb")],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert r.json() == json.loads(cli.stdout)
+
+
+def test_a_posted_summary_gets_the_verdict_its_logged_segment_gets(client: httpx.Client) -> None:
+    _upload_code_trace(client)
+    from_log = client.post("/v1/recommendations", json={"data": {}}).json()
+    st = from_log["segments"][0]["stats"]
+    posted = {
+        "task": st["task"],
+        "temperature": st["temperature_p50"],
+        "requests": st["n"],
+        "prompt_tokens": {"p50": st["prompt_p50"], "p95": st["prompt_p95"]},
+        "output_tokens": {"p50": st["output_p50"], "p95": st["output_p95"]},
+        "concurrency": {"p50": st["concurrency_p50"], "p95": st["concurrency_p95"]},
+    }
+    other = {**posted, "requests": 3 * st["n"], "name": "three times as many"}
+    r = client.post("/v1/recommendations", json={"summary": {"segments": [posted, other]}})
+    assert r.status_code == 200, r.text
+    rec = r.json()
+    assert rec["schema_version"] == from_log["schema_version"]
+    first, second = rec["segments"]
+    assert first["stats"]["key"] == st["key"]  # labelled with the same bands
+    assert second["stats"]["key"] == "three times as many"
+    assert (first["share"], second["share"]) == (0.25, 0.75)
+    logged = from_log["segments"][0]
+    for field in ("verdict", "best_k", "method", "acceptance", "e2e_speedup", "decode_speedup",
+                  "throughput_change", "memory"):  # fmt: skip
+        assert first[field] == logged[field], field
+    # The log's concurrency was estimated from arrivals; a posted one is taken as given.
+    estimated = " (estimated from arrivals)"
+    assert first["reasons"] == [x.replace(estimated, "") for x in logged["reasons"]]
+    assert any("Workload summary: 2 posted segments" in n for n in rec["notes"])
+
+
+@pytest.mark.parametrize(
+    ("body", "paths"),
+    [
+        ({}, {"body"}),
+        ({"data": {}, "summary": {"segments": []}}, {"body.summary.segments"}),
+        ({"summary": {"segments": [{"requests": 0, "prompt_tokens": {"p50": 100, "p95": 10},
+                                    "output_tokens": {"p50": 5}, "concurrency": {"p50": 0.5}}]}},
+         {"body.summary.segments.0.requests", "body.summary.segments.0.prompt_tokens",
+          "body.summary.segments.0.concurrency.p50"}),
+        ({"data": {"import_ids": ["x"]}, "deployment": {"k": 0}},
+         {"body.data.import_ids.0", "body.deployment.k"}),
+    ],
+)  # fmt: skip
+def test_recommendations_invalid_bodies_name_each_path(
+    client: httpx.Client, body: dict, paths: set[str]
+) -> None:
+    r = client.post("/v1/recommendations", json=body)
+    assert r.status_code == 422, r.text
+    assert {e["path"] for e in r.json()["errors"]} >= paths
+
+
+def test_recommendations_bad_names_and_empty_data_get_400(client: httpx.Client) -> None:
+    summary = {"segments": [{"requests": 5, "prompt_tokens": {"p50": 100},
+                             "output_tokens": {"p50": 50}, "concurrency": {"p50": 1}}]}  # fmt: skip
+    r = client.post("/v1/recommendations", json={"summary": summary, "deployment": {"gpu": "x"}})
+    assert r.status_code == 400 and "h200" in r.json()["detail"]
+    r = client.post("/v1/recommendations", json={"summary": summary, "calibration": "latest"})
+    assert r.status_code == 400 and "no complete calibration" in r.json()["detail"]
+    r = client.post("/v1/recommendations", json={"data": {"import_ids": [9]}})
+    assert r.status_code == 400 and "No requests match" in r.json()["detail"]
+
+
+def test_segments_of_imported_requests(client: httpx.Client) -> None:
+    imported = _upload_code_trace(client)
+    page = client.get("/v1/segments", params={"import_id": imported["import_id"]}).json()
+    assert page["requests"] == imported["rows_accepted"]
+    assert sum(s["n"] for s in page["segments"]) == page["requests"]
+    assert sum(s["share"] for s in page["segments"]) == pytest.approx(1.0)
+    one_band = {"prompt_bands": 10**7, "output_bands": 10**7, "concurrency_bands": 10**7}
+    coarse = client.get("/v1/segments", params=one_band)
+    assert len(coarse.json()["segments"]) == 1
+    bad = client.get("/v1/segments", params={"prompt_bands": [10, 5], "gpu": "h200/../x"})
+    assert bad.status_code == 422
+    assert {e["path"] for e in bad.json()["errors"]} == {"query.prompt_bands", "query.gpu"}
+    assert "increasing" in bad.json()["detail"]
+    none = client.get("/v1/segments", params={"tenant": "nobody"})
+    assert none.status_code == 400 and "No requests match" in none.json()["detail"]
 
 
 # --- imports --------------------------------------------------------------------------------
@@ -285,12 +390,14 @@ def _azure_csv(path: Path, rows: int) -> Path:
     return path
 
 
-def test_a_long_import_does_not_block_readers(db_path: Path, tmp_path: Path) -> None:
+def test_a_long_import_does_not_block_predictions_or_recommendations(
+    db_path: Path, tmp_path: Path
+) -> None:
     """Parallel clients keep getting answers while a large upload is being imported.
 
     A reader's GET /v1/imports that still shows no import, answered after the whole upload
     body was sent, ran while the import was in progress (its transaction not yet committed);
-    the prediction answered just before it on the same client ran then too.
+    the prediction and recommendation answered just before it on the same client ran then too.
     """
     rows = 1_500_000
     big = _azure_csv(tmp_path / "big.csv", rows)
@@ -316,13 +423,17 @@ def test_a_long_import_does_not_block_readers(db_path: Path, tmp_path: Path) -> 
 
         def reader(n: int) -> None:
             payload = {"batch": 1 + n, "acceptance": 0.5 + n / 20, "k": 3}
+            segment = {"requests": 10, "prompt_tokens": {"p50": 500}, "output_tokens": {"p50": 200},
+                       "concurrency": {"p50": 1 + n}}  # fmt: skip
+            summary = {"deployment": {"k": 3}, "summary": {"segments": [segment]}}
             with httpx.Client(base_url=url, timeout=120) as c:
                 while uploader.is_alive():
                     pred = c.post("/v1/predict", json=payload)
+                    rec = c.post("/v1/recommendations", json=summary)
                     listed = c.get("/v1/imports")
-                    statuses.extend([pred.status_code, listed.status_code])
+                    statuses.extend([pred.status_code, rec.status_code, listed.status_code])
                     if listed.status_code == 200 and listed.json() == [] and uploader.is_alive():
-                        overlapped.append(pred.json())
+                        overlapped.append({"predict": pred.json(), "recommend": rec.json()})
 
         readers = [threading.Thread(target=reader, args=(n,)) for n in range(4)]
         for t in readers:
@@ -334,7 +445,8 @@ def test_a_long_import_does_not_block_readers(db_path: Path, tmp_path: Path) -> 
         assert upload["r"].json()["rows_accepted"] == rows
         assert set(statuses) == {200}
         assert len(overlapped) >= 3, "no reader was answered while the import ran"
-        assert all(p["k"] == 3 for p in overlapped)
+        assert all(o["predict"]["k"] == 3 for o in overlapped)
+        assert all(o["recommend"]["segments"][0]["best_k"] == 3 for o in overlapped)
         with httpx.Client(base_url=url) as c:
             assert len(c.get("/v1/imports").json()) == 1
 
