@@ -4,8 +4,9 @@ Pipeline: filters -> `advisor_scope` (segments.create_scope) -> concurrency per 
 derived, or estimated from arrivals with the model's own service times) -> segments -> a verdict
 per segment (scoring.score_segment) -> a FleetSummary that follows every verdict.
 
-Fleet summary, with segment i's share w_i, baseline latency L_i of its median request at its
-median concurrency c_i, and s_i its e2e speedup when the verdict is enable (1 otherwise):
+Fleet summary, with segment i's share w_i, baseline latency L_i of a request of its mean prompt
+and output at its median concurrency c_i, and s_i its e2e speedup when the verdict is enable
+(1 otherwise):
   e2e speedup   = sum w_i L_i / sum w_i L_i / s_i     (mean request latency, before / after)
   GPU-seconds per request = tp * L_i / c_i             (Little's law: c_i requests share a GPU)
   GPU-hours/day = rate * 86400 * sum w_i tp L_i / c_i / 3600, at the trace's arrival rate
@@ -109,9 +110,13 @@ def recommend(
 
 
 def _latency_s(setup: Setup, v: SegmentVerdict) -> float:
+    """Baseline latency of a request of the segment's mean prompt and output at its median
+    concurrency: means, because the fleet's request-seconds add up over every request."""
     st = v.stats
+    prompt = st.prompt_mean if st.prompt_mean is not None else st.prompt_p50
+    output = st.output_mean if st.output_mean is not None else st.output_p50
     return request_latency_s(
-        setup, max(1.0, st.prompt_p50), max(1.0, st.output_p50), max(1.0, st.concurrency_p50)
+        setup, max(1.0, prompt), max(1.0, output), max(1.0, st.concurrency_p50)
     )[1]
 
 

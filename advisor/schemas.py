@@ -140,6 +140,8 @@ class SegmentStats(BaseModel):
     concurrency_p95: float
     concurrency_estimated: bool
     has_text: bool = False
+    prompt_mean: float | None = None  # means size the fleet (GPU-hours); p50s pick the verdict
+    output_mean: float | None = None
 
 
 class CurvePoint(BaseModel):

@@ -285,7 +285,8 @@ def segment(con: duckdb.DuckDBPyConnection, bands: Bands) -> list[SegmentStats]:
         "SELECT m.seg, count(*),"
         " quantile_cont(prompt_tokens, [0.5, 0.95]), quantile_cont(output_tokens, [0.5, 0.95]),"
         " quantile_cont(temperature, 0.5), quantile_cont(concurrency, [0.5, 0.95]),"
-        " bool_or(concurrency_source = 'estimated'), bool_or(has_text)"
+        " bool_or(concurrency_source = 'estimated'), bool_or(has_text),"
+        " avg(prompt_tokens), avg(output_tokens)"
         f" FROM {ROWS} s JOIN advisor_segment_map m ON m.task = s.task AND m.cell = {code}"
         " GROUP BY m.seg ORDER BY m.seg"
     ).fetchall()
@@ -294,7 +295,7 @@ def segment(con: duckdb.DuckDBPyConnection, bands: Bands) -> list[SegmentStats]:
 
 
 def _stats(seg: _Segment, row: tuple, total: int, bands: Bands) -> SegmentStats:
-    _, n, prompt_q, output_q, temp_p50, conc_q, estimated, has_text = row
+    _, n, prompt_q, output_q, temp_p50, conc_q, estimated, has_text, prompt_mean, output_mean = row
     tasks = sorted({c[0] for c in seg.cells}, key=lambda t: (t != seg.anchor[0], t))
     labels = {
         dim: band_label(getattr(bands, dim), {c[i + 1] for c in seg.cells})
@@ -323,4 +324,6 @@ def _stats(seg: _Segment, row: tuple, total: int, bands: Bands) -> SegmentStats:
         concurrency_p95=conc_q[1],
         concurrency_estimated=bool(estimated),
         has_text=bool(has_text),
+        prompt_mean=round(prompt_mean, 2),
+        output_mean=round(output_mean, 2),
     )

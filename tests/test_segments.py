@@ -42,6 +42,7 @@ def test_percentiles_and_bands_are_computed_per_segment(con):
     assert (code.n, code.share) == (60, 0.6)
     assert code.prompt_p50 == pytest.approx(1029.5)
     assert code.prompt_p95 == pytest.approx(1000 + 0.95 * 59)
+    assert (code.prompt_mean, code.output_mean) == (pytest.approx(1029.5), 50)
     assert (code.output_p50, code.temperature_p50, code.concurrency_p50) == (50, 0.0, 2)
     assert (code.prompt_band, code.output_band, code.temperature_band) == ("512-2048", "32-128",
                                                                              "<0.3")  # fmt: skip
