@@ -3,7 +3,7 @@
 Three sources, in order of preference, recorded in `concurrency_source`:
 - 'log': the log gave it;
 - 'derived': counted from logged arrival and finish times (`overlap_counts_sql` with the
-  logged finish; collectors.ingest does this at import time);
+  logged finish; collectors.ingest runs it at import time);
 - 'estimated': only arrivals are logged (Azure, Mooncake, BurstGPT), so each request's finish is
   its arrival plus the service time the performance model predicts for it at the batch it meets;
   since that batch is itself the concurrency, the count is iterated (`estimate`).
@@ -53,26 +53,6 @@ def overlap_counts_sql(rows_sql: str, finish_expr: str, key: str) -> str:
                                            ROWS UNBOUNDED PRECEDING) AS c
         FROM ev QUALIFY is_arrival = 1
     """
-
-
-def derive_from_finish(con: duckdb.DuckDBPyConnection, import_id: int) -> None:
-    """Fill `requests.concurrency` ('derived') for one import's rows with arrival and finish.
-
-    Rows whose log gave concurrency keep it. This is the SQL collectors.ingest runs per import.
-    """
-    rows = (
-        "SELECT line, arrival_ts, finish_ts FROM requests"
-        f" WHERE import_id = {int(import_id)} AND arrival_ts IS NOT NULL"
-        " AND finish_ts IS NOT NULL"
-    )
-    con.execute(
-        f"""
-        UPDATE requests SET concurrency = d.c, concurrency_source = 'derived'
-        FROM ({overlap_counts_sql(rows, "finish_ts", "line")}) d
-        WHERE requests.import_id = {int(import_id)} AND requests.line = d.line
-          AND requests.concurrency IS NULL
-        """
-    )
 
 
 @dataclass(frozen=True)

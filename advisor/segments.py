@@ -131,6 +131,12 @@ def create_scope(con: duckdb.DuckDBPyConnection, filters: Filters) -> Scope:
     )
     no_output_where = where.replace("output_tokens IS NOT NULL", "output_tokens IS NULL", 1)
     without = one(con, f"SELECT count(*) FROM requests WHERE {no_output_where}", params)[0]
+    if n == 0 and without:
+        raise BadInput(
+            f"None of the {without:,} matching requests has an output token count "
+            f"({_describe(filters)}); the advisor needs output lengths, so import a log that "
+            "records them (a prompt-only set such as Spec-Bench questions cannot be scored)."
+        )
     if n == 0:
         raise BadInput(
             "No requests match: the database holds none for these filters "

@@ -105,6 +105,10 @@ def test_filters_select_imports_time_model_and_tenant(con):
     assert total(window) == 3
     with pytest.raises(BadInput, match="No requests match"):
         create_scope(con, Filters(model="nope"))
+    add(con, 4, import_id=3, output="NULL")
+    with pytest.raises(BadInput, match="None of the 4 matching requests has an output token"):
+        create_scope(con, Filters(import_ids=[3]))
+    assert create_scope(con, Filters(import_ids=[1, 3])).without_output == 4
 
 
 def test_concurrency_is_estimated_from_arrivals_and_service_time(con):
@@ -138,15 +142,16 @@ def test_rows_without_arrival_are_assumed_single(con):
     assert segs[0].concurrency_p50 == 1 and segs[0].concurrency_estimated is False
 
 
-def test_derived_concurrency_counts_exact_overlaps(con):
+def test_exact_overlap_counts_from_finish_times(con):
     # arrivals 0, 1, 2 s; finishes 3, 2, 5 s: the second ends as the third starts
     add(con, 3, arrival="TIMESTAMP '2024-01-01' + INTERVAL (i) SECOND",
         finish="TIMESTAMP '2024-01-01' + INTERVAL ([3, 2, 5][i + 1]) SECOND")  # fmt: skip
-    concurrency.derive_from_finish(con, 1)
-    rows = con.execute(
-        "SELECT concurrency, concurrency_source FROM requests ORDER BY line"
+    rows = "SELECT line, arrival_ts, finish_ts FROM requests"
+    counts = con.execute(
+        f"SELECT line, c FROM ({concurrency.overlap_counts_sql(rows, 'finish_ts', 'line')})"
+        " ORDER BY line"
     ).fetchall()
-    assert rows == [(1, "derived"), (2, "derived"), (2, "derived")]
+    assert counts == [(0, 1), (1, 2), (2, 2)]
 
 
 def test_band_labels_and_flags():
