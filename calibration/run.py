@@ -31,6 +31,7 @@ from calibration.replay import replay_segment, warm_up
 from calibration.sampling import Precision, Sampled, SegmentEstimate, draw, estimate, next_round
 from calibration.sampling import to_requests as sampled_to_requests
 from calibration.schemas import ReplayRequest, SegmentRun, ServerHandle
+from calibration.step_fit import StepFit, StepMeasurement, fit_profile, predicted_walls, quality
 
 
 class RunSettings(BaseModel):
@@ -111,6 +112,7 @@ class Outcome(BaseModel):
     segments_planned: int
     acceptance_quality: dict[str, object] | None
     step_quality: dict[str, object] | None
+    step_note: str
     estimates: list[SegmentEstimate]
 
 
@@ -281,6 +283,69 @@ def _fit(
 Store = duckdb.DuckDBPyConnection | Callable[[], duckdb.DuckDBPyConnection]
 
 
+def step_measurements(runs: Sequence[SegmentRun], settings: RunSettings) -> list[StepMeasurement]:
+    """Replayed batches as measurements of the performance model.
+
+    A batch replays n requests with at most c in flight (closed loop), so it is about n / c
+    waves of c requests: one wave - c requests arriving together, the wall time times c / n -
+    is what advisor.perf.simulate_batch predicts. Acceptance is the tokens per step over all
+    decode steps (steps without a proposal included), as in the acceptance fit.
+    """
+    points = []
+    for run in runs:
+        spec = run.role == "speculative"
+        point = StepMeasurement.from_segment_run(
+            run, gpu=settings.gpu, target=settings.target,
+            method=settings.method if spec else "baseline", draft=settings.draft,
+            k=settings.k if spec else 0,
+        )  # fmt: skip
+        if point is None:
+            continue
+        n = point.batch
+        wave = min(run.concurrency, n)
+        update: dict[str, object] = {"batch": wave, "wall_s": run.wall_s * wave / n}
+        if spec and run.delta is not None and all(r.ok for r in run.records):
+            steps = sum(r.output_tokens - 1 for r in run.records) - run.delta.num_accepted_tokens
+            if steps >= run.delta.num_drafts > 0:
+                update["mean_acceptance_length"] = 1 + run.delta.num_accepted_tokens / steps
+        points.append(point.model_copy(update=update))
+    return points
+
+
+def _fit_steps(
+    runs: Sequence[SegmentRun], settings: RunSettings, base: Profile
+) -> tuple[StepFit | None, str]:
+    """The step-cost fit (calibration.step_fit) on the replayed batches, or why there is none."""
+    try:
+        resolve(_deployment(settings), base)
+    except BadInput as exc:
+        return None, (
+            f"step costs kept from the shipped profile {base.name!r}: the target "
+            f"{settings.target} is not one the performance model can size "
+            f"({str(exc).split(';')[0]}); pass --target NAME"
+        )
+    points = step_measurements(runs, settings)
+    if not any(p.method == "baseline" for p in points) or all(
+        p.method == "baseline" for p in points
+    ):
+        return None, f"step costs kept from the shipped profile {base.name!r}: too few batches"
+    fit = fit_profile(points, base, name="calibration", gpu=settings.gpu.lower())
+    before = quality(predicted_walls(points, base), [p.wall_s for p in points])
+    if fit.wall_all.median_rel_error >= before.median_rel_error:
+        # The bounded fit could not beat the starting profile on these batches (servers far off
+        # the catalogue's GPU, say): a worse profile must not replace a better one.
+        return None, (
+            f"step costs kept from the shipped profile {base.name!r}: fitted on {len(points)} "
+            f"batches the median error was {fit.wall_all.median_rel_error:.0%}, not better "
+            f"than the shipped profile's {before.median_rel_error:.0%}"
+        )
+    return fit, (
+        f"step costs fitted on {len(points)} replayed batches: median error "
+        f"{before.median_rel_error:.0%} with the shipped profile {base.name!r}, "
+        f"{fit.wall_all.median_rel_error:.0%} fitted ({fit.message})"
+    )
+
+
 def fit_and_store(
     store: Store,
     plan: Plan,
@@ -292,7 +357,7 @@ def fit_and_store(
     speculative: ServerHandle,
     created_at: datetime,
 ) -> Outcome:
-    """Fit acceptance (and keep the shipped step costs), then write the calibration in one
+    """Fit acceptance and step costs, then write the calibration in one
     transaction: to `store` when it is a connection, else to the one it opens (and closes)."""
     settings = plan.settings
     keys = [s.key for s in plan.segments]
@@ -309,9 +374,11 @@ def fit_and_store(
         summaries.append(summarize(key, runs, requests, _text_features(mine)))
     acceptance, acceptance_note = _fit(summaries, settings.method, settings.seed)
     base = load_profile(settings.gpu)
+    steps, steps_note = _fit_steps(runs, settings, base)
+    fitted = steps.profile if steps else base
     profile = Profile.model_validate(
         {
-            **base.model_dump(),
+            **fitted.model_dump(),
             "name": "calibration",
             "gpu": settings.gpu.lower(),
             "description": f"fitted by `advisor calibrate` from {len(measured)} replayed segments",
@@ -328,8 +395,8 @@ def fit_and_store(
             acceptance.model.model_dump(exclude={"bootstrap"}) if acceptance else None
         ),
         "acceptance_note": acceptance_note,
-        "step_costs": None,
-        "step_costs_note": f"step costs kept from the shipped profile {base.name!r}",
+        "step_costs": steps.model_dump(mode="json", exclude={"profile"}) if steps else None,
+        "step_costs_note": steps_note,
         "segments": {k: e.model_dump() for k, e in estimates.items() if k in measured},
     }
     header = CalibrationHeader(
@@ -370,7 +437,8 @@ def fit_and_store(
         segments_measured=len(measured),
         segments_planned=len(keys),
         acceptance_quality=fit["acceptance"],  # type: ignore[arg-type]
-        step_quality=None,
+        step_quality=steps.wall_all.model_dump() if steps else None,
+        step_note=steps_note,
         estimates=[estimates[k] for k in measured],
     )
 

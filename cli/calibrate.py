@@ -316,6 +316,14 @@ def _print_outcome(o: Outcome) -> None:
         )
     else:
         out.print("Acceptance was not fitted: no segment drafted a token.")
+    if o.step_quality:
+        sq = o.step_quality
+        out.print(
+            f"Step-cost fit on {sq['n']} replayed batches: median error "
+            f"{sq['median_rel_error']:.1%}, p90 {sq['p90_rel_error']:.1%} of batch wall time."
+        )
+    else:
+        out.print(f"note: {o.step_note}")
     table = Table("segment", "n", "acceptance", "+-", "e2e speedup", "+-", "stopped because")
     for e in o.estimates:
         table.add_row(
@@ -383,6 +391,14 @@ def show_command(
         out.print(
             f"acceptance fit: {q['n_segments']} segments, RMSE {q['rmse']:.3f}, "
             f"leave-one-out {_fmt(q.get('loo_rmse'))}, coverage {q['interval_coverage']:.0%}"
+        )
+    steps = cal.fit.get("step_costs")
+    if steps:
+        sq = steps["wall_all"]
+        fitted = ", ".join(f"{k} {v:.4g}" for k, v in steps["parameters"].items())
+        out.print(
+            f"step-cost fit: {sq['n']} batches, median error {sq['median_rel_error']:.1%}, "
+            f"p90 {sq['p90_rel_error']:.1%}; fitted {fitted}"
         )
     for note in ("acceptance_note", "step_costs_note"):
         if cal.fit.get(note):

@@ -134,7 +134,7 @@ def test_server_dying_mid_run_stores_partial_that_recommend_refuses(db_path, ser
     base, spec = servers
     spec.fail_after = 9  # the warm-up and the first segment's 8 pilot requests, then HTTP 500
     make_db(db_path)
-    result = calibrate(db_path, base, spec)
+    result = calibrate(db_path, base, spec, "--target", "llama-3.1-8b")
     assert result.returncode == 1, result.stdout + result.stderr
     cal_id = stored_id(result.stdout)
     assert "PARTIAL" in result.stdout and "1 of 2 segments measured" in result.stdout
@@ -142,6 +142,9 @@ def test_server_dying_mid_run_stores_partial_that_recommend_refuses(db_path, ser
     cal = get_calibration(con, cal_id)
     assert cal.status == "partial" and "answered no request" in (cal.stop_reason or "")
     assert len(cal.segments) == 1
+    # a catalogue target: the step-cost fit ran on the measured batches (fitted or, when it could
+    # not beat the shipped profile, kept), and says which
+    assert re.match(r"step costs .* on 2 (replayed )?batches", cal.fit["step_costs_note"])
     with pytest.raises(BadInput, match="partial"):
         profile_for(con, cal_id)
     assert profile_for(con, cal_id, allow_partial=True).acceptance_logit

@@ -228,3 +228,23 @@ def test_profile_for_names_the_calibration_and_refuses_what_it_cannot_use(con):
     unreadable = store_two_segments(con)  # its stored profile lacks required fields
     with pytest.raises(BadInput, match=rf"Calibration {unreadable} stores a profile .*cannot read"):
         profile_for(con, unreadable)
+
+
+def test_replayed_batches_become_waves_for_the_step_fit():
+    """16 requests at concurrency 2 are 8 waves of 2: one wave is a batch of 2 taking 1/8 of
+    the wall time; acceptance counts every decode step (64 tokens: 63 steps minus accepted)."""
+    from calibration.run import RunSettings, step_measurements
+
+    runs, _ = make_runs("json", "json", accepted=0, n=16)
+    base_run, spec_run = runs
+    spec_run = spec_run.model_copy(
+        update={"delta": SpecDecodeDelta(num_drafts=500, num_draft_tokens=2000,
+                                         num_accepted_tokens=500, accepted_per_pos=[500])}
+    )  # fmt: skip
+    settings = RunSettings(target="llama-3.1-8b", method="ngram", k=4)
+    base_point, spec_point = step_measurements([base_run, spec_run], settings)
+    assert (base_point.method, base_point.k, base_point.batch) == ("baseline", 0, 2)
+    assert base_point.wall_s == pytest.approx(1.0 * 2 / 16)
+    assert (spec_point.method, spec_point.k) == ("ngram", 4)
+    steps = 16 * 63 - 500
+    assert spec_point.mean_acceptance_length == pytest.approx(1 + 500 / steps)
