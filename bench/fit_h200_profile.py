@@ -74,6 +74,7 @@ def shipped(fit: StepFit) -> Profile:
             "kv_bandwidth_efficiency",
             "compute_efficiency",
             "prefill_efficiency",
+            "roofline_sharpness",
         )
     }
     return prof.model_copy(update={**top, "methods": methods})

@@ -24,6 +24,7 @@ TRUE = {
     "kv_bandwidth_efficiency": 0.9,
     "compute_efficiency": 0.55,
     "prefill_efficiency": 0.62,
+    "roofline_sharpness": 3.0,
     "baseline.step_overhead_ms": 0.4,
     "baseline.per_seq_overhead_ms": 0.012,
     "eagle3.step_overhead_ms": 0.6,
