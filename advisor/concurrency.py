@@ -84,7 +84,10 @@ def fill(
     if estimated:
         estimate(con, service_s, iterations)
         c = "greatest(bins.c, 1)"
-        join = f"LEFT JOIN advisor_bins bins ON bins.b = s.arrival_us // {BIN_US}"
+        join = (
+            "LEFT JOIN advisor_bins bins"
+            f" ON bins.model = s.model AND bins.b = s.arrival_us // {BIN_US}"
+        )
     else:
         c, join = "NULL", ""
     con.execute(
@@ -104,7 +107,8 @@ def fill(
 
 
 def estimate(con: duckdb.DuckDBPyConnection, service_s: ServiceTime, iterations: int = 2) -> None:
-    """`advisor_bins(b, c)`: requests in flight at the end of each 10 ms bin b.
+    """`advisor_bins(model, b, c)`: requests in flight at the end of each 10 ms bin b, per
+    model (requests for different models run on different servers and share no batch).
 
     Start from batch 1 (or the logged concurrency); each iteration predicts every request's
     service time at the batch the previous count gave it (the mean over its 100 ms window), sets
@@ -120,14 +124,15 @@ def estimate(con: duckdb.DuckDBPyConnection, service_s: ServiceTime, iterations:
     """
     per_window = WINDOW_US // BIN_US
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE advisor_est AS SELECT arrival_us, finish_us,"
+        "CREATE OR REPLACE TEMP TABLE advisor_est AS SELECT model, arrival_us, finish_us,"
         f" concurrency AS logged, {_bucket('prompt_tokens')}::SMALLINT AS pb,"
         f" {_bucket('output_tokens')}::SMALLINT AS ob, arrival_us // {WINDOW_US} AS w"
         f" FROM {SCOPE} WHERE arrival_us IS NOT NULL"
     )
     con.execute(
         "CREATE OR REPLACE TEMP TABLE advisor_arrivals AS"
-        f" SELECT arrival_us // {BIN_US} AS b, count(*) AS n FROM advisor_est GROUP BY b"
+        f" SELECT model, arrival_us // {BIN_US} AS b, count(*) AS n FROM advisor_est"
+        " GROUP BY model, b"
     )
     batch, prev = "coalesce(e.logged, 1)", ""
     for _ in range(max(iterations, 1)):
@@ -137,24 +142,25 @@ def estimate(con: duckdb.DuckDBPyConnection, service_s: ServiceTime, iterations:
             f"""
             CREATE OR REPLACE TEMP TABLE advisor_bins AS
             WITH finishes AS (
-                SELECT coalesce(e.finish_us, e.arrival_us + lat.us) // {BIN_US} AS b,
+                SELECT e.model, coalesce(e.finish_us, e.arrival_us + lat.us) // {BIN_US} AS b,
                        -count(*) AS n
                 FROM advisor_est e {prev} JOIN advisor_latency lat
                   ON lat.pb = e.pb AND lat.ob = e.ob AND lat.cb = {cb}
-                GROUP BY b
+                GROUP BY e.model, b
             ),
             per_bin AS (
-                SELECT b, sum(n) AS d FROM (FROM advisor_arrivals UNION ALL FROM finishes)
-                GROUP BY b
+                SELECT model, b, sum(n) AS d
+                FROM (FROM advisor_arrivals UNION ALL FROM finishes) GROUP BY model, b
             )
-            SELECT b, sum(d) OVER (ORDER BY b) AS c FROM per_bin
+            SELECT model, b, sum(d) OVER (PARTITION BY model ORDER BY b) AS c FROM per_bin
             """
         )
         con.execute(
             "CREATE OR REPLACE TEMP TABLE advisor_batch AS SELECT"
-            f" b // {per_window} AS w, greatest(avg(c), 1) AS c FROM advisor_bins GROUP BY 1"
+            f" model, b // {per_window} AS w, greatest(avg(c), 1) AS c FROM advisor_bins"
+            " GROUP BY model, w"
         )
-        batch, prev = "coalesce(e.logged, bt.c)", "JOIN advisor_batch bt USING (w)"
+        batch, prev = "coalesce(e.logged, bt.c)", "JOIN advisor_batch bt USING (model, w)"
     con.execute(
         "DROP TABLE advisor_latency; DROP TABLE advisor_batch; DROP TABLE advisor_est;"
         " DROP TABLE advisor_arrivals"

@@ -215,6 +215,12 @@ def _notes(
             "predicted from its token counts and the baseline service time at its batch "
             f"({info.iterations} iterations, batch capped at {concurrency.MAX_BATCH})."
         )
+    if scope.models > 1 and info.estimated:
+        notes.append(
+            f"The scope holds {scope.models} models: concurrency is counted per model (each its "
+            f"own server), but every segment is scored as {deployment.target}; pass --model to "
+            "score one model's traffic."
+        )
     if info.derived:
         notes.append(f"Concurrency of {info.derived:,} requests derived from arrival and finish.")
     if info.assumed:

@@ -103,6 +103,7 @@ class Scope:
     without_output: int  # matched the filters but have no output token count: left out
     first_arrival: datetime | None
     last_arrival: datetime | None
+    models: int = 1  # distinct model names (unnamed counts as one); concurrency is per model
 
     @property
     def duration_s(self) -> float | None:
@@ -119,15 +120,15 @@ def create_scope(con: duckdb.DuckDBPyConnection, filters: Filters) -> Scope:
         f"CREATE OR REPLACE TEMP TABLE {SCOPE} AS"
         " SELECT epoch_us(arrival_ts) AS arrival_us, epoch_us(finish_ts) AS finish_us,"
         " prompt_tokens, output_tokens, temperature, coalesce(task, ?) AS task, concurrency,"
-        " concurrency_source,"
-        " prompt_text IS NOT NULL AS has_text"
+        " concurrency_source, prompt_text IS NOT NULL AS has_text,"
+        " coalesce(model, '') AS model"
         f" FROM requests WHERE {where}",
         [UNLABELLED, *params],
     )
-    n, first, last = one(
+    n, first, last, models = one(
         con,
-        f"SELECT count(*), make_timestamp(min(arrival_us)), make_timestamp(max(arrival_us))"
-        f" FROM {SCOPE}",
+        "SELECT count(*), make_timestamp(min(arrival_us)), make_timestamp(max(arrival_us)),"
+        f" count(DISTINCT model) FROM {SCOPE}",
     )
     no_output_where = where.replace("output_tokens IS NOT NULL", "output_tokens IS NULL", 1)
     without = one(con, f"SELECT count(*) FROM requests WHERE {no_output_where}", params)[0]
@@ -142,7 +143,7 @@ def create_scope(con: duckdb.DuckDBPyConnection, filters: Filters) -> Scope:
             "No requests match: the database holds none for these filters "
             f"({_describe(filters)}); import a log or widen --since/--until/--model/--tenant."
         )
-    return Scope(n=n, without_output=without, first_arrival=first, last_arrival=last)
+    return Scope(n=n, without_output=without, first_arrival=first, last_arrival=last, models=models)
 
 
 def _describe(filters: Filters) -> str:

@@ -122,6 +122,16 @@ def test_concurrency_is_estimated_from_arrivals_and_service_time(con):
     assert counts == {1: 1, 2: 1, 3: 98}
 
 
+def test_estimated_concurrency_is_counted_per_model(con):
+    # two models, each one arrival per second served in 2.5 s: 3 in flight on each server
+    for model in ("a", "b"):
+        add(con, 50, model=model, arrival="TIMESTAMP '2024-01-01 00:00:00' + INTERVAL (i) SECOND")
+    scope = create_scope(con, Filters())
+    concurrency.fill(con, lambda p, o, b: 2.5)
+    assert scope.models == 2
+    assert con.execute("SELECT max(concurrency) FROM advisor_rows").fetchall() == [(3,)]
+
+
 def test_estimation_iterates_on_batch_dependent_service_time(con):
     add(con, 200, arrival="TIMESTAMP '2024-01-01 00:00:00' + INTERVAL (i) SECOND")
     seen: list[float] = []
