@@ -97,7 +97,7 @@ def recommend(
         Path | None, typer.Option(help="Extra GPU/model catalogue JSON (also ADVISOR_CATALOG).")
     ] = None,
     threshold: Annotated[
-        float, typer.Option(help="enable only when the e2e interval's low end clears this.")
+        float, typer.Option(help="Enable only when the e2e interval's low end clears this.")
     ] = THRESHOLD,
     format_: Annotated[
         str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")
