@@ -20,7 +20,14 @@ from pydantic import BaseModel, Field
 
 from advisor.errors import AdvisorError
 from advisor.schemas import SegmentStats
-from advisor.segments import SCOPE, UNLABELLED, Bands, band_index_sql, merge_cells
+from advisor.segments import (
+    SCOPE,
+    UNLABELLED,
+    Bands,
+    band_index_sql,
+    band_label,
+    merge_cells,
+)
 from advisor.store import scalar
 from calibration.prompts import TokenCounter, approx_tokens, prompt_for
 from calibration.schemas import ReplayRequest, SegmentRun
@@ -57,9 +64,10 @@ _DIMS = (
 def _map_cells(
     con: duckdb.DuckDBPyConnection, source: str, segments: Sequence[SegmentStats], bands: Bands
 ) -> str:
-    """Rebuild segment membership with advisor.segments' public pieces (band_index_sql and
-    merge_cells, the same deterministic merge) into a temp table, and return the join condition.
-    Segment i of `segment()` is merge i, which the per-segment counts double-check."""
+    """Rebuild segment membership with advisor.segments' public pieces (band_index_sql,
+    merge_cells, band_label) into a temp table, and return the join condition. Each merged
+    segment is matched to the given SegmentStats by its tasks, four band labels and size, so a
+    mismatch is an error rather than a silent swap."""
     exprs = {dim: band_index_sql("s." + col, getattr(bands, dim)) for dim, col in _DIMS}
     cols = ", ".join(f"{exprs[dim]} AS {dim}_i" for dim, _ in _DIMS)
     rows = con.execute(
@@ -67,12 +75,35 @@ def _map_cells(
         f" FROM (SELECT s.task, {cols} FROM {source} s) GROUP BY ALL"
     ).fetchall()
     merged = merge_cells({tuple(r[:5]): r[5] for r in rows}, bands.min_share)
-    if [m.n for m in merged] != [s.n for s in segments]:
+
+    def signature(tasks: set[str], labels: list[str], n: int) -> tuple[object, ...]:
+        return (frozenset(tasks), *labels, n)
+
+    given = {
+        signature(
+            set(st.task.split("+")),
+            [st.temperature_band, st.prompt_band, st.output_band, st.concurrency_band],
+            st.n,
+        ): i
+        for i, st in enumerate(segments)
+    }
+    index = [
+        given.get(
+            signature(
+                {c[0] for c in m.cells},
+                [band_label(getattr(bands, d), {c[k + 1] for c in m.cells}) for k, (d, _) in
+                 enumerate(_DIMS)],
+                m.n,
+            )
+        )
+        for m in merged
+    ]  # fmt: skip
+    if None in index or len(given) != len(segments) or sorted(index) != list(range(len(index))):
         raise AdvisorError(
             "Sampling found other segments than the ones given; compute the segments on this "
             "connection with advisor.segments.segment() and the same bands just before drawing."
         )
-    members = [(i, c) for i, m in enumerate(merged) for c in m.cells]
+    members = [(index[i], c) for i, m in enumerate(merged) for c in m.cells]
     con.execute(
         "CREATE OR REPLACE TEMP TABLE calibration_cell_map AS SELECT unnest($seg) AS seg,"
         " unnest($task) AS task, unnest($t) AS temperature_i, unnest($p) AS prompt_i,"

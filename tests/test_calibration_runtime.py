@@ -269,13 +269,18 @@ def add_requests(con, rows: list[tuple[str, int, int, float, str | None]]) -> No
 def test_draw_is_stratified_per_segment_and_replays_logged_text(con) -> None:
     rows = [("coding", 100 + 3 * i, 50, 0.0, None) for i in range(40)]
     rows += [("story", 1000 + i, 600, 1.0, f"once upon a time {i}") for i in range(10)]
+    rows += [("sql", 5000 + i, 20, 0.0, None) for i in range(10)]  # as many as story
     add_requests(con, rows)
     create_scope(con, Filters())
     concurrency.fill(con, lambda p, o, b: 1.0)
     bands = Bands(min_share=0.0)
     segs = segment(con, bands)
     drawn = sampling.draw(con, segs, bands, max_per_segment=8, seed=1)
-    assert sorted(len(v) for v in drawn.values()) == [8, 8]
+    assert sorted(len(v) for v in drawn.values()) == [8, 8, 8]
+    for key, picks in drawn.items():  # each pick belongs to the segment it is filed under
+        assert all(key.startswith(p.task) for p in picks)
+    sql = next(v for k, v in drawn.items() if k.startswith("sql"))
+    assert all(p.prompt_tokens >= 5000 and p.output_tokens == 20 for p in sql)
     coding = next(v for k, v in drawn.items() if k.startswith("coding"))
     # The first four picks come one from each prompt-length quartile.
     quartiles = sorted((s.prompt_tokens - 100) // 30 for s in coding[:4])
