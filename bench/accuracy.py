@@ -19,10 +19,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout, not installed
+
 from fit_h200_profile import fit_h200, load_sweep, measurement
 
 from advisor.predict import predict

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from advisor.profile import Profile, get_profile
-from calibration.step_fit import StepFit, StepMeasurement, fit_profile
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # runs from a checkout without installing the package
+
+from advisor.profile import Profile, get_profile  # noqa: E402
+from calibration.step_fit import StepFit, StepMeasurement, fit_profile  # noqa: E402
+
 SWEEP = ROOT / "bench" / "data" / "h200_sweep.jsonl"
 PROFILE = ROOT / "advisor" / "profiles" / "h200.json"
 PREFILL_CHUNK_TOKENS = 16384  # the sweep's max_num_batched_tokens
