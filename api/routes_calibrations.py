@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Response
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from fastapi import APIRouter, HTTPException, Query, Response
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 
 from advisor.calibrations import (
     CalibrationSummary,
@@ -13,9 +14,11 @@ from advisor.calibrations import (
     get_calibration,
     list_calibrations,
     parameter_drift,
+    profile_for,
 )
 from advisor.errors import BadInput
-from advisor.schemas import Method
+from advisor.recommend import recommend as run_recommend
+from advisor.schemas import Deployment, Method, Verdict
 from advisor.segments import Bands, Filters
 from api.deps import V1, Db, Service, ServiceDep
 from api.errors import ERROR_RESPONSES, ErrorBody
@@ -40,12 +43,32 @@ class DriftOut(BaseModel):
     change_pct: float | None
 
 
+class VerdictFlip(BaseModel):
+    """A segment whose verdict differs under calibrations a and b, on the same traffic."""
+
+    segment: str
+    share: float
+    a: Verdict
+    b: Verdict
+    e2e_speedup_a: float
+    e2e_speedup_b: float
+
+
 class CalibrationDiff(BaseModel):
-    """`advisor calibrations diff A B`: the two calibrations and every fitted number that moved."""
+    """`advisor calibrations diff A B`: drift of every fitted number, and verdict flips."""
 
     a: CalibrationSummary
     b: CalibrationSummary
     drift: list[DriftOut]
+    verdicts_for: Deployment | None = Field(
+        None, description="the deployment both calibrations' verdicts were computed for"
+    )
+    segments_compared: int = 0
+    flips: list[VerdictFlip] = []
+    only_under_one: list[str] = Field(
+        default_factory=list, description="segments that exist under one calibration only"
+    )
+    note: str | None = None
 
 
 def _get(con: Db, calibration_id: str) -> StoredCalibration:
@@ -71,19 +94,65 @@ def calibration(calibration_id: str, con: Db) -> StoredCalibration:
     return _get(con, calibration_id)
 
 
+def _verdict_deployment(svc: Service, cal: StoredCalibration, target: str | None) -> Deployment:
+    """A's GPU, method and k with a catalogue model (a served model name often is not one)."""
+    known = svc.catalog.models
+    if target is not None and target.lower() not in known:
+        raise BadInput(f"unknown model {target!r}; known models: {', '.join(sorted(known))}.")
+    chosen = target or (cal.target if cal.target.lower() in known else None)
+    draft = cal.draft if cal.draft and cal.draft.lower() in known else None
+    dep = Deployment(gpu=cal.gpu, method=cal.method, draft=draft, k=cal.k)
+    return dep.model_copy(update={"target": chosen}) if chosen else dep
+
+
 @router.get("/calibrations/{a}/diff/{b}", response_model=CalibrationDiff, responses=_NOT_FOUND)
-def diff(a: str, b: str, con: Db) -> CalibrationDiff:
-    """What moved from calibration a to b: each fitted parameter, largest relative change first."""
+def diff(
+    a: str,
+    b: str,
+    svc: ServiceDep,
+    con: Db,
+    target: Annotated[Name | None, Query(description="model for the verdicts")] = None,
+    import_id: Annotated[list[int], Query(description="traffic: only these imports")] = [],  # noqa: B006
+    allow_partial: Annotated[bool, Query(description="use a calibration that ended early")] = False,
+) -> CalibrationDiff:
+    """What moved from calibration a to b: each fitted parameter (largest relative change first)
+    and the segments of the imported traffic whose verdict flips."""
     left, right = _get(con, a), _get(con, b)
-    drift = [
-        DriftOut(parameter=d.parameter, a=d.a, b=d.b, change_pct=d.change_pct)
-        for d in parameter_drift(left, right)
-    ]
-    return CalibrationDiff(
+    result = CalibrationDiff(
         a=CalibrationSummary(**left.model_dump(include=set(CalibrationSummary.model_fields))),
         b=CalibrationSummary(**right.model_dump(include=set(CalibrationSummary.model_fields))),
-        drift=drift,
+        drift=[
+            DriftOut(parameter=d.parameter, a=d.a, b=d.b, change_pct=d.change_pct)
+            for d in parameter_drift(left, right)
+        ],
     )
+    try:
+        dep = _verdict_deployment(svc, left, target)
+        filters = Filters(import_ids=import_id)
+        profiles = [profile_for(con, c.id, allow_partial=allow_partial) for c in (left, right)]
+        recs = [run_recommend(con, dep, p, filters, catalog=svc.catalog) for p in profiles]
+    except (BadInput, ValidationError) as exc:
+        why = str(exc) if isinstance(exc, BadInput) else f"calibration {left.id}'s deployment"
+        result.note = f"Verdict flips not computed: {why}"
+        return result
+    by_key = [{v.stats.key: v for v in rec.segments} for rec in recs]
+    both = by_key[0].keys() & by_key[1].keys()
+    result.verdicts_for = dep
+    result.segments_compared = len(both)
+    result.flips = [
+        VerdictFlip(
+            segment=key,
+            share=va.share,
+            a=va.verdict,
+            b=vb.verdict,
+            e2e_speedup_a=va.e2e_speedup.value,
+            e2e_speedup_b=vb.e2e_speedup.value,
+        )
+        for key in sorted(both, key=lambda k: -by_key[0][k].share)
+        if (va := by_key[0][key]).verdict != (vb := by_key[1][key]).verdict
+    ]
+    result.only_under_one = sorted(by_key[0].keys() ^ by_key[1].keys())
+    return result
 
 
 class CalibrationJobRequest(BaseModel):

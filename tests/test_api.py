@@ -632,6 +632,8 @@ def test_calibrations_list_get_and_diff(db_path: Path) -> None:
         [moved] = diff["drift"]
         assert (moved["parameter"], moved["a"], moved["b"]) == ("bandwidth_efficiency", 0.8, 0.6)
         assert moved["change_pct"] == pytest.approx(-25.0)
+        # No traffic imported, and b is partial: the flips are not computed, and the note says why.
+        assert diff["flips"] == [] and "Verdict flips not computed" in diff["note"]
 
 
 def _requests_db(db_path: Path, n: int = 60) -> None:
@@ -698,3 +700,32 @@ def test_calibration_job_bad_input_and_dead_servers(db_path: Path) -> None:
         assert failed["status"] == "failed"
         assert "did not answer /health" in failed["error"]
         assert "Traceback" not in failed["error"]
+
+
+def test_calibration_diff_lists_verdicts_that_flip_on_the_imported_traffic(db_path: Path) -> None:
+    from advisor.profile import get_profile
+    from calibration.records import CalibrationHeader, store_calibration
+
+    shipped = get_profile("h200").model_dump(mode="json")
+    ids = []
+    con = connect(db_path)
+    for intercept in (3.0, -3.0):  # acceptance ~0.95, then ~0.05, for every eagle3 segment
+        logit = {"method": "eagle3", "intercept": intercept, "sd": 0.1, "n": 10}
+        when = datetime(2026, 11, 30, 12, 0)
+        ids.append(store_calibration(con, CalibrationHeader(
+            created_at=when, finished_at=when, status="complete", gpu="h200",
+            target="llama-3.1-8b", method="eagle3", k=3,
+            profile={**shipped, "name": "calibration", "acceptance_logit": [logit]},
+        ), [], [], {}))  # fmt: skip
+    con.close()
+    with serve(db_path) as url, httpx.Client(base_url=url, timeout=120) as c:
+        _upload_code_trace(c)
+        diff = c.get(f"/v1/calibrations/{ids[0]}/diff/{ids[1]}").json()
+        assert diff["note"] is None
+        assert diff["verdicts_for"]["target"] == "llama-3.1-8b"
+        assert diff["verdicts_for"]["k"] == 3
+        assert diff["segments_compared"] >= 1
+        assert diff["flips"], diff
+        assert all(f["a"] != f["b"] and f["b"] != "enable" for f in diff["flips"])
+        assert all(f["e2e_speedup_a"] > f["e2e_speedup_b"] for f in diff["flips"])
+        assert any("acceptance_logit" in d["parameter"] for d in diff["drift"])
