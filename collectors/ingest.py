@@ -3,6 +3,10 @@
 The whole import is one DuckDB transaction: rows, rejects and the `imports` record appear
 together or not at all (Ctrl-C and kill -9 included). A file whose checksum is already in
 `imports` is not read again.
+
+One pass over the file: DuckDB reads, types and validates it into a lean temp table (typed
+fields and reasons; raw text only for rejected rows), from which the accepted rows and the
+rejects are inserted. bench/ingest.py measures this against DuckDB's bare read of the file.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import duckdb
 
+from advisor.concurrency import overlap_counts_sql
 from advisor.errors import BadInput
 from advisor.schemas import ImportSummary
 from advisor.store import one, scalar, transaction
@@ -77,19 +82,28 @@ def ingest_file(
     if collector.fit is not None:
         collector = collector.fit(sample, options)
     started = _now()
-    digest = checksum(path)
-    previous = one(
-        con,
-        "SELECT import_id, format, rows_read, rows_accepted, rows_rejected, started_at, finished_at"
-        " FROM imports WHERE checksum = ?",
-        [digest],
-    )
-    if previous:
-        return ImportSummary(
-            import_id=previous[0], file=str(path), format=previous[1], checksum=digest,
-            rows_read=previous[2], rows_accepted=previous[3], rows_rejected=previous[4],
-            already_imported=True, started_at=previous[5], finished_at=previous[6],
-        )  # fmt: skip
+    size = path.stat().st_size
+    # Identical content has an identical size: only then can this be a re-import, and only then
+    # is the checksum needed before reading. Otherwise it is computed in a thread while DuckDB
+    # parses the file (hashlib releases the GIL), instead of in a pass of its own.
+    hasher = _Checksum(path)
+    if scalar(con, "SELECT count(*) FROM imports WHERE size_bytes = ?", [size]):
+        hasher.run()
+        previous = one(
+            con,
+            "SELECT import_id, format, rows_read, rows_accepted, rows_rejected, started_at,"
+            " finished_at FROM imports WHERE checksum = ?",
+            [hasher.result()],
+        )
+        if previous:
+            return ImportSummary(
+                import_id=previous[0], file=str(path), format=previous[1],
+                checksum=hasher.result(), rows_read=previous[2], rows_accepted=previous[3],
+                rows_rejected=previous[4], already_imported=True, started_at=previous[5],
+                finished_at=previous[6],
+            )  # fmt: skip
+    else:
+        hasher.start()
 
     reader = collector.reader_for(sample)
     csv_reader = reader == "csv"
@@ -105,7 +119,9 @@ def ingest_file(
         ) from None
     if "line" not in columns:
         raise AssertionError(f"collector {collector.name} must select a `line` column")
-    staging = normalized_sql(collector_sql, columns, collector.required, reader == "jsonl")
+    staging = normalized_sql(
+        collector_sql, columns, collector.required, reader == "jsonl", store_text
+    )
 
     with _interrupt_is_keyboard(), transaction(con):
         if csv_reader:
@@ -120,22 +136,25 @@ def ingest_file(
             ) from None
         if csv_reader:
             _fix_csv_lines(con)
-        counts = one(
-            con, "SELECT count(*), count(*) FILTER (WHERE reject_reason IS NOT NULL) FROM staged"
+        rows, rejected, timed = one(
+            con,
+            "SELECT count(*), count(*) FILTER (WHERE reject_reason IS NOT NULL),"
+            " count(*) FILTER (WHERE reject_reason IS NULL AND arrival_ts IS NOT NULL"
+            " AND finish_ts IS NOT NULL) FROM staged",
         )
         csv_bad = _csv_reject_count(con) if csv_reader else 0
-        rows_read, rows_rejected = counts[0] + csv_bad, counts[1] + csv_bad
+        rows_read, rows_rejected = rows + csv_bad, rejected + csv_bad
         if rows_read == 0:
             raise BadInput(f"{path} holds no requests; expected at least one {collector.name} row.")
         import_id = scalar(con, "SELECT nextval('import_id_seq')")
-        _insert_requests(con, import_id, collector.name, store_text)
+        _insert_requests(con, import_id, collector.name, store_text, derive=timed > 0)
         _insert_rejects(con, import_id, str(path), csv_reader)
-        _derive_concurrency(con, import_id)
+        digest = hasher.result()
         finished = _now()
         con.execute(
             "INSERT INTO imports VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                import_id, str(path), collector.name, digest, path.stat().st_size, rows_read,
+                import_id, str(path), collector.name, digest, size, rows_read,
                 rows_read - rows_rejected, rows_rejected,
                 json.dumps({"task_key": options.task_key, "mapping": options.mapping,
                             "store_text": store_text}),
@@ -148,6 +167,29 @@ def ingest_file(
         rows_read=rows_read, rows_accepted=rows_read - rows_rejected, rows_rejected=rows_rejected,
         started_at=started, finished_at=finished,
     )  # fmt: skip
+
+
+class _Checksum(threading.Thread):
+    """`checksum(path)`, run inline (`run`) or beside the import (`start`); `result` waits."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(name=f"checksum {path.name}", daemon=True)
+        self.path = path
+        self.digest: str | None = None
+        self.error: OSError | None = None
+
+    def run(self) -> None:
+        try:
+            self.digest = checksum(self.path)
+        except OSError as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        if self.is_alive():
+            self.join()
+        if self.digest is None:
+            raise BadInput(f"{self.path} could not be read to its end: {self.error}.")
+        return self.digest
 
 
 @contextmanager
@@ -191,15 +233,39 @@ def _run_with_progress(con: duckdb.DuckDBPyConnection, sql: str, on_progress: Pr
     on_progress(100.0)
 
 
-def _insert_requests(con: duckdb.DuckDBPyConnection, import_id: int, source: str, text: bool):
-    cols = [f for f in FIELDS if f not in ("request_id", "prompt_text", "output_text")]
-    text_cols = "prompt_text, output_text" if text else "NULL, NULL"
+def _insert_requests(
+    con: duckdb.DuckDBPyConnection, import_id: int, source: str, text: bool, derive: bool
+) -> None:
+    """The accepted rows, in one INSERT; request_id stays NULL where the log gives none.
+
+    With `derive`, rows that log arrival and finish but no concurrency get the in-flight count at
+    their arrival (advisor.concurrency's sweep over this import's rows), computed here rather
+    than by an UPDATE of the stored rows afterwards.
+    """
+    names = [f for f in FIELDS if f not in ("request_id", "concurrency")]
+    names = [f for f in names if f not in ("prompt_text", "output_text")]
+    text_cols = "s.prompt_text, s.output_text" if text else "NULL, NULL"
+    concurrency = "s.concurrency"
+    source_of = "CASE WHEN s.concurrency IS NOT NULL THEN 'log' END"
+    join = ""
+    if derive:
+        timed = (
+            "SELECT rowid AS k, arrival_ts, finish_ts FROM staged WHERE reject_reason IS NULL"
+            " AND arrival_ts IS NOT NULL AND finish_ts IS NOT NULL"
+        )
+        join = f" LEFT JOIN ({overlap_counts_sql(timed, 'finish_ts', 'k')}) d ON d.k = s.rowid"
+        concurrency = "coalesce(s.concurrency, d.c)"
+        source_of = (
+            "CASE WHEN s.concurrency IS NOT NULL THEN 'log' WHEN d.c IS NOT NULL THEN 'derived' END"
+        )
     con.execute(
-        f"INSERT INTO requests (request_id, source, import_id, line, {', '.join(cols)},"
-        " concurrency_source, prompt_text, output_text)"
-        f" SELECT coalesce(request_id, '{import_id}:' || line), {sql_str(source)}, {import_id},"
-        f" line, {', '.join(cols)}, CASE WHEN concurrency IS NOT NULL THEN 'log' END, {text_cols}"
-        " FROM staged WHERE reject_reason IS NULL ORDER BY line"
+        "INSERT INTO requests (request_id, source, import_id, line,"
+        f" {', '.join(names)}, concurrency, concurrency_source, prompt_text,"
+        " output_text)"
+        f" SELECT s.request_id, {sql_str(source)},"
+        f" {import_id}, s.line, {', '.join('s.' + n for n in names)}, {concurrency}, {source_of},"
+        f" {text_cols}"
+        f" FROM staged s{join} WHERE s.reject_reason IS NULL"
     )
 
 
@@ -235,33 +301,4 @@ def _fix_csv_lines(con: duckdb.DuckDBPyConnection) -> None:
         "  SELECT line - 2 - (row_number() OVER (ORDER BY line) - 1) AS good_before"
         f"  FROM (SELECT DISTINCT line FROM temp.{_CSV_REJECTS})) b"
         " WHERE b.good_before < staged.line - 1)"
-    )
-
-
-def _derive_concurrency(con: duckdb.DuckDBPyConnection, import_id: int) -> None:
-    """In-flight requests at each arrival, from arrival and finish times (a sweep in SQL).
-
-    Only for rows whose log did not give concurrency; finishes sort before arrivals at the same
-    instant, so a request that ends as another starts is not counted as overlapping it.
-    """
-    con.execute(
-        """
-        UPDATE requests SET concurrency = d.c, concurrency_source = 'derived'
-        FROM (
-            WITH ev AS (
-                SELECT line, arrival_ts AS ts, 1 AS delta, 1 AS is_arrival FROM requests
-                WHERE import_id = $id AND arrival_ts IS NOT NULL AND finish_ts IS NOT NULL
-                UNION ALL
-                SELECT NULL, finish_ts, -1, 0 FROM requests
-                WHERE import_id = $id AND arrival_ts IS NOT NULL AND finish_ts IS NOT NULL
-            )
-            SELECT line, sum(delta) OVER (ORDER BY ts, is_arrival, line
-                                          ROWS UNBOUNDED PRECEDING) AS c
-            FROM ev
-            QUALIFY is_arrival = 1
-        ) d
-        WHERE requests.import_id = $id AND requests.line = d.line
-          AND requests.concurrency IS NULL
-        """,
-        {"id": import_id},
     )

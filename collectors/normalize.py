@@ -72,38 +72,68 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+_NUMERIC = (
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+    "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL",
+)  # fmt: skip
+
+
+def _is_numeric(column_type: str) -> bool:
+    return column_type.startswith(_NUMERIC)
+
+
+def _is_typed(column_type: str) -> bool:
+    """A number or an instant already: nothing to trim or parse."""
+    return _is_numeric(column_type) or column_type.startswith("TIMESTAMP")
+
+
 def _epoch(num: str) -> str:
     """Epoch number to TIMESTAMP, telling seconds, ms, us and ns apart by magnitude."""
     return (
-        f"CASE WHEN {num} IS NULL THEN NULL"
-        f" WHEN abs({num}) >= 1e17 THEN make_timestamp(CAST({num} / 1000 AS BIGINT))"
+        f"CASE WHEN abs({num}) >= 1e17 THEN make_timestamp(CAST({num} / 1000 AS BIGINT))"
         f" WHEN abs({num}) >= 1e14 THEN make_timestamp(CAST({num} AS BIGINT))"
         f" WHEN abs({num}) >= 1e11 THEN make_timestamp(CAST({num} * 1000 AS BIGINT))"
         f" ELSE make_timestamp(CAST({num} * 1000000 AS BIGINT)) END"
     )
 
 
-def _raw(name: str) -> str:
-    """The collector's raw value of `name`, as trimmed text (NULL when blank)."""
-    return f"NULLIF(trim(CAST(c.{_q(name)} AS VARCHAR)), '')"
+def _raw_expr(name: str, column_type: str) -> str:
+    """The collector's value of `name` as it came: text trimmed (NULL when blank), else as is."""
+    col = f"c.{_q(name)}"
+    return col if _is_typed(column_type) else f"NULLIF(trim(CAST({col} AS VARCHAR)), '')"
 
 
-def typed_expr(name: str, column_type: str | None) -> str:
-    """SQL for the typed value of field `name` from collector column `c.<name>` of `column_type`."""
-    if column_type is None:
-        return "NULL"
-    kind = KINDS[name]
-    raw = _raw(name)
-    if kind is Text:
-        return raw
-    if kind is Time:
-        if column_type.startswith("TIMESTAMP"):
-            return f"CAST(c.{_q(name)} AS TIMESTAMP)"
-        return (
-            f"COALESCE({_epoch(f'TRY_CAST({raw} AS DOUBLE)')},"
-            f" CAST(TRY_CAST({raw} AS TIMESTAMPTZ) AS TIMESTAMP))"
-        )
+def _number_expr(name: str, column_type: str) -> str:
+    """The value as DOUBLE (NULL when it is not a number), from the raw layer."""
+    raw = f"r.{_q('raw__' + name)}"
+    if _is_numeric(column_type):
+        return f"CAST({raw} AS DOUBLE)"
+    if KINDS[name] is Time:
+        # Epoch numbers never hold ':', ISO-8601 times always do: skip the doomed number parse.
+        return f"CASE WHEN contains({raw}, ':') THEN NULL ELSE TRY_CAST({raw} AS DOUBLE) END"
     return f"TRY_CAST({raw} AS DOUBLE)"
+
+
+def _has_number(name: str, column_type: str) -> bool:
+    return KINDS[name] is not Text and not column_type.startswith("TIMESTAMP")
+
+
+def _typed_expr(name: str, column_type: str) -> str:
+    """The typed value of field `name` from the number layer (`n.raw__x`, `n.num__x`)."""
+    kind = KINDS[name]
+    raw = f"n.{_q('raw__' + name)}"
+    num = f"n.{_q('num__' + name)}"
+    if kind is Text:
+        return raw if column_type.startswith("VARCHAR") else f"CAST({raw} AS VARCHAR)"
+    if kind is not Time:
+        return num
+    if column_type.startswith("TIMESTAMP"):
+        return f"CAST({raw} AS TIMESTAMP)"
+    if _is_numeric(column_type):
+        return _epoch(num)
+    # Only what is not a number is parsed as ISO-8601 text: one parse per value, not two.
+    text_ts = f"CAST(TRY_CAST({raw} AS TIMESTAMPTZ) AS TIMESTAMP)"
+    return f"CASE WHEN {num} IS NULL THEN {text_ts} ELSE {_epoch(num)} END"
 
 
 def reason_branches(name: str, column_type: str | None, required: bool) -> list[str]:
@@ -111,12 +141,13 @@ def reason_branches(name: str, column_type: str | None, required: bool) -> list[
     if column_type is None:
         return [f"WHEN true THEN '{name} is missing'"] if required else []
     raw = f"v.{_q('raw__' + name)}"
-    shown = f"left({raw}, 40)"
+    shown = f"left(CAST({raw} AS VARCHAR), 40)"
     value = f"v.{_q(name)}"
     quoted = f"'{name} ''' || {shown} || '''"
     branches = [f"WHEN {raw} IS NULL THEN '{name} is missing'"] if required else []
     kind = KINDS[name]
-    if kind is Time:
+    parsed = not _is_typed(column_type)
+    if kind is Time and parsed:
         branches.append(
             f"WHEN {raw} IS NOT NULL AND {value} IS NULL THEN "
             f"{quoted} is not a timestamp (expected ISO-8601 or epoch)'"
@@ -124,8 +155,11 @@ def reason_branches(name: str, column_type: str | None, required: bool) -> list[
     elif isinstance(kind, Count | Number):
         low, high = (0, kind.maximum) if isinstance(kind, Count) else (kind.low, kind.high)
         plain = f"'{name} ' || {shown} || '"
+        if parsed:
+            branches.append(
+                f"WHEN {raw} IS NOT NULL AND {value} IS NULL THEN {quoted} is not a number'"
+            )
         branches += [
-            f"WHEN {raw} IS NOT NULL AND {value} IS NULL THEN {quoted} is not a number'",
             f"WHEN {value} < {low} THEN {plain} is below {low:g}'",
             f"WHEN {value} > {high} THEN {plain} is above the plausible maximum {high:g}'",
         ]
@@ -135,39 +169,61 @@ def reason_branches(name: str, column_type: str | None, required: bool) -> list[
 
 
 def normalized_sql(
-    collector_sql: str, columns: dict[str, str], required: tuple[str, ...], json_lines: bool
+    collector_sql: str,
+    columns: dict[str, str],
+    required: tuple[str, ...],
+    json_lines: bool,
+    store_text: bool = False,
 ) -> str:
-    """The staging SELECT: `line`, `raw`, every typed FIELD and `reject_reason`.
+    """The staging SELECT: `line`, `raw` (rejected rows only), every typed FIELD, `reject_reason`.
 
-    `columns` maps the collector SELECT's column names to their DuckDB types.
+    `columns` maps the collector SELECT's column names to their DuckDB types. In layers (r: raw
+    text, n: numbers, v: typed, w: reason) each value is trimmed once, cast to a number once and
+    parsed as a timestamp at most once. Text fields stay NULL unless `store_text`, so DuckDB
+    never computes them; the raw line is kept for rejected rows only. Whether a JSON line parses
+    is asked only of rows already rejected: a corrupt line yields no fields, so it is among them.
     """
-    present = [n for n in FIELDS if n in columns]
-    raw = "CAST(c.raw AS VARCHAR)" if "raw" in columns else "NULL"
-    cols = ["c.line AS line", f"{raw} AS raw"]
-    cols += [f"{_raw(n)} AS {_q('raw__' + n)}" for n in present]
-    cols += [f"{typed_expr(n, columns.get(n))} AS {_q(n)}" for n in FIELDS]
-    branches = []
-    if json_lines:
-        branches.append(
-            "WHEN NOT json_valid(v.raw) THEN 'line is not valid JSON (truncated or corrupt)'"
-        )
-    if "reject_reason" in columns:
-        cols.append("c.reject_reason AS collector_reason")
-        branches.append("WHEN v.collector_reason IS NOT NULL THEN v.collector_reason")
-    for n in FIELDS:
-        branches.extend(reason_branches(n, columns.get(n), n in required))
-    branches.append("WHEN v.finish_ts < v.arrival_ts THEN 'finish_ts is before arrival_ts'")
-    outputs = [
-        f"CAST(round(v.{_q(n)}) AS BIGINT) AS {_q(n)}"
-        if isinstance(KINDS[n], Count)
-        else f"v.{_q(n)}"
+    skipped = set() if store_text else {"prompt_text", "output_text"}
+    present = {n: columns[n] for n in FIELDS if n in columns and n not in skipped}
+    raw = "CAST(c.raw AS VARCHAR)" if "raw" in columns else "CAST(NULL AS VARCHAR)"
+    own = "reject_reason" in columns
+    raws = "".join(f", {_raw_expr(n, t)} AS {_q('raw__' + n)}" for n, t in present.items())
+    nums = "".join(
+        f", {_number_expr(n, t)} AS {_q('num__' + n)}"
+        for n, t in present.items()
+        if _has_number(n, t)
+    )
+    carried = ["n.line", "n.raw"] + (["n.collector_reason"] if own else [])
+    carried += [f"n.{_q('raw__' + n)}" for n in present]
+    typed = [
+        f"{_typed_expr(n, present[n])} AS {_q(n)}" if n in present else f"NULL AS {_q(n)}"
         for n in FIELDS
     ]
+    branches = ["WHEN v.collector_reason IS NOT NULL THEN v.collector_reason"] if own else []
+    for n in FIELDS:
+        branches.extend(reason_branches(n, present.get(n), n in required))
+    branches.append("WHEN v.finish_ts < v.arrival_ts THEN 'finish_ts is before arrival_ts'")
+    reason = f"CASE {' '.join(branches)} ELSE NULL END"
+    final = "w.reason"
+    if json_lines:
+        final = (
+            "CASE WHEN w.reason IS NOT NULL AND NOT json_valid(w.raw)"
+            " THEN 'line is not valid JSON (truncated or corrupt)' ELSE w.reason END"
+        )
+    outputs = ", ".join(
+        f"CAST(round(w.{_q(n)}) AS BIGINT) AS {_q(n)}"
+        if isinstance(KINDS[n], Count)
+        else f"w.{_q(n)}"
+        for n in FIELDS
+    )
+    collector_reason = ", c.reject_reason AS collector_reason" if own else ""
     sep = ",\n    "
     return (
         f"WITH c AS ({collector_sql}),\n"
-        f"v AS (SELECT {sep.join(cols)} FROM c)\n"
-        f"SELECT v.line, v.raw, {', '.join(outputs)},\n"
-        f"  CASE {' '.join(branches)} ELSE NULL END AS reject_reason\n"
-        "FROM v"
+        f"r AS (SELECT c.line, {raw} AS raw{collector_reason}{raws} FROM c),\n"
+        f"n AS (SELECT r.*{nums} FROM r),\n"
+        f"v AS (SELECT {', '.join(carried)},\n    {sep.join(typed)} FROM n),\n"
+        f"w AS (SELECT v.*, {reason} AS reason FROM v)\n"
+        "SELECT w.line, CASE WHEN w.reason IS NOT NULL THEN left(w.raw, 500) END AS raw,"
+        f" {outputs}, {final} AS reject_reason FROM w"
     )

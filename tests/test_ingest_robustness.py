@@ -2,8 +2,8 @@
 and quiet output when nobody is watching.
 
 The kill and Ctrl-C tests run the real CLI on a 3M-row CSV and strike once the process has read
-more than the whole file plus half again: past the checksum pass, so inside the import's
-transaction while DuckDB is reading. A process that finished first fails the test (it must die
+1.8 times the file's size: its checksum pass reads it once, so DuckDB has read a good part of it,
+inside the import's transaction. A process that finished first fails the test (it must die
 by the signal), so these tests cannot pass by accident.
 """
 
@@ -71,7 +71,7 @@ def strike_mid_import(db: Path, csv: Path, sig: signal.Signals) -> subprocess.Co
         [sys.executable, "-m", "cli", "ingest", str(csv), "--db", str(db)],
         cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    threshold = int(csv.stat().st_size * 1.5)
+    threshold = int(csv.stat().st_size * 1.8)
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline:
         if bytes_read(proc.pid) > threshold:
