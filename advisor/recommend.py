@@ -195,7 +195,7 @@ def _notes(
     rate: float | None,
 ) -> list[str]:
     ref = profile.calibration
-    notes = [f"Calibration used: {ref.id} ({ref.kind}) - {ref.description}."]
+    notes = [f"Calibration used: {ref.id} ({ref.kind}) - {ref.description.rstrip('.')}."]
     if ref.kind == "roofline":
         notes.append(
             f"No measured profile for {deployment.gpu}: the datasheet roofline with default "
