@@ -78,12 +78,20 @@ COLUMNS = (
     ("verdict", "left"),
     ("k", "right"),
 )
-LEGEND = "T temperature, P prompt tokens, O output tokens, C requests in flight; ~ estimated."
+LEGEND = (
+    "T temperature, P prompt tokens, O output tokens, C requests in flight; in/out: prompt and"
+    " output tokens p50; conc: in flight p50/p95 (~ estimated); speedups and acceptance over"
+    " their 90% interval."
+)
 
 
-def concurrency_text(seg: SegmentVerdict) -> str:
+def concurrency_text(seg: SegmentVerdict, digits: int | None = None) -> str:
+    """`~8/14`: p50/p95 requests in flight, `~` when estimated from arrivals."""
     marker = "~" if seg.stats.concurrency_estimated else ""
-    return f"{marker}{fmt_count(seg.stats.concurrency_p50)}/{fmt_count(seg.stats.concurrency_p95)}"
+    st = seg.stats
+    if digits is not None:
+        return f"{marker}{st.concurrency_p50:,.{digits}f}/{st.concurrency_p95:,.{digits}f}"
+    return f"{marker}{fmt_count(st.concurrency_p50)}/{fmt_count(st.concurrency_p95)}"
 
 
 def headline(rec: Recommendation) -> str:
@@ -93,8 +101,8 @@ def headline(rec: Recommendation) -> str:
     k = d.k if d.k is not None else "auto"
     return (
         f"{d.target} on {d.gpu} (tp {d.tp}, gpu-memory-utilization {d.gpu_memory_utilization}),"
-        f" {d.method}{draft}, k {k}; calibration: {rec.calibration.id} ({rec.calibration.kind})"
-        f" - {rec.calibration.description}"
+        f" {d.method}{draft}, k {k}; calibration: {rec.calibration.id} ({rec.calibration.kind},"
+        " described in the notes)"
     )
 
 
@@ -129,26 +137,45 @@ def summary_lines(rec: Recommendation) -> list[str]:
 
 # --- terminal -------------------------------------------------------------------------------
 
+# COLUMNS squeezed for a 120-column terminal: the label joins the segment, prompt and output p50
+# share a column, intervals go under their values.
+TERMINAL_COLUMNS = (
+    ("segment", "left"),
+    ("share", "right"),
+    ("n", "right"),
+    ("in/out", "right"),
+    ("conc", "right"),
+    ("accept", "right"),
+    ("decode", "right"),
+    ("e2e", "right"),
+    ("mem free", "right"),
+    ("verdict", "left"),
+    ("k", "right"),
+)
+
+
+def _two_lines(iv: Interval, unit: str = "x") -> str:
+    """The value over its interval, so the column stays narrow."""
+    return f"{iv.value:.2f}{unit}\n{iv.low:.2f}-{iv.high:.2f}"
+
 
 def table(rec: Recommendation) -> Group:
     """A rich renderable: headline, one row per segment, reasons, fleet summary, notes."""
     t = Table(title="Speculative decoding, per segment", title_justify="left")
-    for name, justify in COLUMNS:
-        t.add_column(name, justify=justify)
+    for name, justify in TERMINAL_COLUMNS:
+        t.add_column(name, justify=justify, no_wrap=name != "segment", min_width=len(name))
     for i, seg in enumerate(rec.segments):
         st = seg.stats
         t.add_row(
-            label(i),
-            short_key(seg),
+            f"{label(i)} {short_key(seg)}",
             f"{seg.share:.1%}",
             f"{seg.n:,}",
-            fmt_count(st.prompt_p50),
-            fmt_count(st.output_p50),
-            concurrency_text(seg),
-            fmt_interval(seg.acceptance, unit=""),
-            fmt_interval(seg.decode_speedup),
-            fmt_interval(seg.e2e_speedup),
-            f"{seg.memory.headroom_gb:.1f} GB",
+            f"{fmt_count(st.prompt_p50)}/{fmt_count(st.output_p50)}",
+            concurrency_text(seg, digits=0),
+            _two_lines(seg.acceptance, unit=""),
+            _two_lines(seg.decode_speedup),
+            _two_lines(seg.e2e_speedup),
+            f"{seg.memory.headroom_gb:.0f} GB",
             Text(seg.verdict, style=VERDICT_STYLE[seg.verdict]),
             str(seg.best_k),
         )
