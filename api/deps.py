@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 import duckdb
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
@@ -39,6 +40,9 @@ class Service:
     catalog: Catalog
     # One import at a time: imports are the writers; readers never wait for this lock.
     writer: threading.Lock = field(default_factory=threading.Lock)
+    # Recommendations are CPU-bound Python (milliseconds each): at most two run at once, the
+    # rest queue in order. Dozens of threads taking turns on the GIL would all finish late.
+    compute: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     _profiles: dict[tuple[str, str | None], Profile] = field(default_factory=dict)
 
     def check_names(self, dep: Deployment) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
+import anyio.to_thread
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -19,7 +20,7 @@ from advisor.schemas import Deployment, Method, Prediction, Recommendation
 from advisor.scoring import THRESHOLD
 from advisor.segments import Bands, Filters
 from advisor.summary import WorkloadSummary, recommend_summary
-from api.deps import V1, ServiceDep
+from api.deps import V1, Service, ServiceDep
 from api.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix=V1, tags=["advice"], responses=ERROR_RESPONSES)
@@ -122,8 +123,12 @@ class RecommendationRequest(BaseModel):
 
 
 @router.post("/recommendations", response_model=Recommendation)
-def recommendations(body: RecommendationRequest, svc: ServiceDep) -> Recommendation:
+async def recommendations(body: RecommendationRequest, svc: ServiceDep) -> Recommendation:
     """Per segment: enable, disable or try speculative decoding, with intervals and reasons."""
+    return await anyio.to_thread.run_sync(_recommend, svc, body, limiter=svc.compute)
+
+
+def _recommend(svc: Service, body: RecommendationRequest) -> Recommendation:
     dep = body.deployment.deployment()
     svc.check_names(dep)
     profile = svc.calibrated(dep.gpu, body.calibration)
