@@ -259,20 +259,28 @@ def _logit_se(obs: Observation) -> float:
     return 1.0 / math.sqrt(obs.num_draft_tokens * a * (1 - a))
 
 
+# Prior scale of each feature's effect: "about a logit per unit", except lengths, where it is a
+# logit per 3 e-folds (20x the length). Published acceptance is reported per task and sampling
+# temperature (Spec-Bench, Xia et al., 2024), not per length; with few segments, a length that
+# happens to differ between them must not take over the task's effect.
+PRIOR_UNIT = {"log_prompt_tokens": 3.0, "log_output_tokens": 3.0}
+
+
 def _fit_once(
     x: np.ndarray, y: np.ndarray, w: np.ndarray, names: list[str], ridge: float
 ) -> dict[str, float]:
-    """Ridge on centred columns in their natural units, as raw coefficients with 'intercept'.
+    """Ridge on centred columns in their prior units, as raw coefficients with 'intercept'.
 
-    Columns are not scaled to unit variance on purpose: the penalty then says "an effect is a
-    logit or so per unit" (per task, per unit of temperature, per e-fold of length). A feature
-    that barely varies among few segments (two segments whose output lengths differ by 3%)
-    cannot soak up their difference with a huge slope that would extrapolate wildly.
+    Columns are not scaled to unit variance on purpose: the penalty then encodes PRIOR_UNIT. A
+    feature that barely varies among few segments (two segments whose output lengths differ by
+    3%) cannot soak up their difference with a huge slope that would extrapolate wildly.
     """
+    unit = np.array([PRIOR_UNIT.get(name, 1.0) for name in names])
     mean = np.average(x, axis=0, weights=w)
-    model = Ridge(alpha=ridge).fit(x - mean, y, sample_weight=w)
-    coefs = {name: float(c) for name, c in zip(names, model.coef_, strict=True)}
-    coefs["intercept"] = float(model.intercept_ - np.dot(model.coef_, mean))
+    model = Ridge(alpha=ridge).fit((x - mean) / unit, y, sample_weight=w)
+    raw = model.coef_ / unit
+    coefs = {name: float(c) for name, c in zip(names, raw, strict=True)}
+    coefs["intercept"] = float(model.intercept_ - np.dot(raw, mean))
     return coefs
 
 
