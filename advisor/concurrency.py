@@ -27,8 +27,9 @@ from advisor.store import one
 ServiceTime = Callable[[float, float, float], float]
 """Seconds one request with (prompt tokens, output tokens) spends in a server running `batch`."""
 
-# Requests beyond the engine's running-batch limit queue instead of widening the batch;
-# 256 is vLLM's --max-num-seqs default (vllm/engine/arg_utils.py, EngineArgs.max_num_seqs).
+# Requests beyond the engine's running-batch limit (vLLM --max-num-seqs) queue instead of
+# widening the batch. vLLM's default depends on the GPU (vllm/engine/arg_utils.py,
+# EngineArgs.get_batch_defaults): 1024 on GPUs with >= 70 GiB other than the A100, else 256.
 MAX_BATCH = 256
 _STEPS_PER_OCTAVE = 4  # service-time buckets are 2^(1/4) apart: within +-9% of every request
 BIN_US = 10_000  # estimated counts bin events to 10 ms; exact counts use the full sweep
@@ -64,6 +65,7 @@ class ConcurrencyInfo:
     estimated: int
     assumed: int
     iterations: int
+    max_batch: int = MAX_BATCH
 
     @property
     def was_estimated(self) -> bool:
@@ -71,7 +73,10 @@ class ConcurrencyInfo:
 
 
 def fill(
-    con: duckdb.DuckDBPyConnection, service_s: ServiceTime, iterations: int = 2
+    con: duckdb.DuckDBPyConnection,
+    service_s: ServiceTime,
+    iterations: int = 2,
+    max_batch: int = MAX_BATCH,
 ) -> ConcurrencyInfo:
     """Give every row of `advisor_scope` a concurrency: the view `advisor_rows`."""
     logged, derived, estimated, assumed = one(
@@ -82,7 +87,7 @@ def fill(
         f" count(*) FILTER (WHERE concurrency IS NULL AND arrival_us IS NULL) FROM {SCOPE}",
     )
     if estimated:
-        estimate(con, service_s, iterations)
+        estimate(con, service_s, iterations, max_batch)
         c = "greatest(bins.c, 1)"
         join = (
             "LEFT JOIN advisor_bins bins"
@@ -103,10 +108,16 @@ def fill(
         estimated=estimated,
         assumed=assumed,
         iterations=max(iterations, 1) if estimated else 0,
+        max_batch=max_batch,
     )
 
 
-def estimate(con: duckdb.DuckDBPyConnection, service_s: ServiceTime, iterations: int = 2) -> None:
+def estimate(
+    con: duckdb.DuckDBPyConnection,
+    service_s: ServiceTime,
+    iterations: int = 2,
+    max_batch: int = MAX_BATCH,
+) -> None:
     """`advisor_bins(model, b, c)`: requests in flight at the end of each 10 ms bin b, per
     model (requests for different models run on different servers and share no batch).
 
@@ -136,7 +147,7 @@ def estimate(con: duckdb.DuckDBPyConnection, service_s: ServiceTime, iterations:
     )
     batch, prev = "coalesce(e.logged, 1)", ""
     for _ in range(max(iterations, 1)):
-        cb = _bucket(batch, cap=True)
+        cb = _bucket(batch, cap=max_batch)
         _service_times(con, service_s, f"SELECT DISTINCT pb, ob, {cb} FROM advisor_est e {prev}")
         con.execute(
             f"""
@@ -167,9 +178,9 @@ def estimate(con: duckdb.DuckDBPyConnection, service_s: ServiceTime, iterations:
     )
 
 
-def _bucket(expr: str, cap: bool = False) -> str:
+def _bucket(expr: str, cap: int | None = None) -> str:
     """Log-spaced bucket index of a positive count: round(4 log2 x)."""
-    value = f"least(greatest({expr}, 1), {MAX_BATCH})" if cap else f"greatest({expr}, 1)"
+    value = f"least(greatest({expr}, 1), {int(cap)})" if cap else f"greatest({expr}, 1)"
     return f"round({_STEPS_PER_OCTAVE} * log2({value}))::INTEGER"
 
 

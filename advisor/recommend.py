@@ -22,7 +22,7 @@ import duckdb
 
 from advisor import concurrency, segments
 from advisor.calibrations import get_calibration, usable
-from advisor.catalog import Catalog
+from advisor.catalog import GPU, Catalog
 from advisor.errors import BadInput
 from advisor.perf import Setup, decode_speedup, request_latency_s, resolve, steady_state
 from advisor.profile import Profile, get_profile, load_profile, profile_names
@@ -70,6 +70,14 @@ def resolve_profile(
     )
 
 
+def default_max_num_seqs(gpu: GPU) -> int:
+    """vLLM's default --max-num-seqs for a GPU (vllm/engine/arg_utils.py,
+    EngineArgs.get_batch_defaults): 1024 with >= 70 GiB of memory unless it is an A100, else 256.
+    """
+    big = gpu.memory_gb * 1e9 >= 70 * 2**30 and "a100" not in gpu.name.lower()
+    return 1024 if big else 256
+
+
 def recommend(
     con: duckdb.DuckDBPyConnection,
     deployment: Deployment,
@@ -85,7 +93,11 @@ def recommend(
     setup = resolve(deployment, profile, catalog)
     profile = setup.profile
     scope = segments.create_scope(con, filters)
-    info = concurrency.fill(con, lambda p, o, b: request_latency_s(setup, p, o, b)[1])
+    info = concurrency.fill(
+        con,
+        lambda p, o, b: request_latency_s(setup, p, o, b)[1],
+        max_batch=default_max_num_seqs(setup.gpu),
+    )
     stats = segments.segment(con, bands)
     verdicts = []
     for st in stats:
@@ -213,7 +225,8 @@ def _notes(
             f"Concurrency estimated for {info.estimated:,} of {total:,} requests: the log has "
             "arrival times but no finish times or concurrency, so each request's finish was "
             "predicted from its token counts and the baseline service time at its batch "
-            f"({info.iterations} iterations, batch capped at {concurrency.MAX_BATCH})."
+            f"({info.iterations} iterations, batch capped at vLLM's default max-num-seqs"
+            f" {info.max_batch} for {deployment.gpu})."
         )
     if scope.models > 1 and info.estimated:
         notes.append(

@@ -251,6 +251,15 @@ def test_renderers_escape_and_show_every_segment():
     assert "S1" in text and "S2" in text and "GPU-hours saved per day" in text
 
 
+def test_default_batch_limit_follows_vllm_per_gpu():
+    from advisor.catalog import get_gpu
+    from advisor.recommend import default_max_num_seqs
+
+    assert [default_max_num_seqs(get_gpu(g)) for g in ("h200", "a100-80g", "l40s")] == [
+        1024, 256, 256
+    ]  # fmt: skip
+
+
 def test_recommend_api_on_an_open_connection(con):
     from collectors.ingest import ingest_file
 

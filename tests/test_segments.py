@@ -145,6 +145,20 @@ def test_estimation_iterates_on_batch_dependent_service_time(con):
     assert con.execute("SELECT median(concurrency) FROM advisor_rows").fetchall()[0][0] == 3
 
 
+def test_service_time_batch_is_capped_at_the_engine_limit(con):
+    add(con, 200, arrival="TIMESTAMP '2024-01-01 00:00:00' + INTERVAL (i * 100) MILLISECOND")
+    seen: list[float] = []
+
+    def service(p: float, o: float, b: float) -> float:
+        seen.append(b)
+        return 5.0  # 10 arrivals/s x 5 s: about 50 in flight, above the cap of 4
+
+    create_scope(con, Filters())
+    info = concurrency.fill(con, service, max_batch=4)
+    assert max(seen) == pytest.approx(4.0) and info.max_batch == 4
+    assert con.execute("SELECT max(concurrency) FROM advisor_rows").fetchall()[0][0] >= 45
+
+
 def test_rows_without_arrival_are_assumed_single(con):
     add(con, 10)
     segs, info = run(con)
