@@ -169,3 +169,21 @@ def test_progress_is_quiet_without_a_terminal_and_shown_on_one(tmp_path):
     os.close(primary)
     assert proc.wait(timeout=120) == 0
     assert b"importing mid.csv" in shown
+
+
+def test_duckdb_memory_is_capped_during_an_import_and_restored(con):
+    setting = "SELECT current_setting('memory_limit')"
+    default = con.execute(setting).fetchall()[0][0]
+    during = []
+
+    def progress(pct: float) -> None:
+        if pct == 100.0:  # called in the importing thread, inside the import's transaction
+            during.append(con.execute(setting).fetchall()[0][0])
+
+    ingest_file(con, BURSTGPT, on_progress=progress)
+    assert during == ["953.6 MiB"]  # IMPORT_MEMORY_LIMIT, 1 GB, as DuckDB shows it
+    assert con.execute(setting).fetchall()[0][0] == default
+    con.execute("SET memory_limit = '3GB'")
+    mine = con.execute(setting).fetchall()[0][0]
+    ingest_file(con, MOONCAKE, on_progress=progress)
+    assert during[-1] == mine and con.execute(setting).fetchall()[0][0] == mine
