@@ -34,7 +34,12 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesi
         yield schemathesis.openapi.from_url(f"{url}/openapi.json")
 
 
-schema = schemathesis.pytest.from_fixture("api_schema")
+# POST /v1/calibrations is left out: a generated body names arbitrary server URLs, and a job
+# that got past planning would connect to them. This machine's tests send traffic to loopback
+# only; that endpoint's validation is tested by hand in test_api.py.
+schema = schemathesis.pytest.from_fixture("api_schema").exclude(
+    method="POST", path="/v1/calibrations"
+)
 
 
 @schema.parametrize()
