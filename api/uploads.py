@@ -16,6 +16,7 @@ from typing import BinaryIO
 
 from fastapi import HTTPException, Request
 from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import ClientDisconnect
 
 from advisor.errors import BadInput
 
@@ -40,12 +41,15 @@ async def _limited(request: Request, limit: int) -> AsyncIterator[bytes]:
     if declared and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     seen = 0
-    async for chunk in request.stream():
-        seen += len(chunk)
-        if seen > limit:
-            raise _too_large(limit)
-        if chunk:
-            yield chunk
+    try:
+        async for chunk in request.stream():
+            seen += len(chunk)
+            if seen > limit:
+                raise _too_large(limit)
+            if chunk:
+                yield chunk
+    except ClientDisconnect:
+        raise BadInput(f"The upload stopped after {seen} bytes; nothing was imported.") from None
 
 
 class _FilePart:
