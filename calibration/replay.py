@@ -70,11 +70,18 @@ def summarize_gaps(gaps_ms: Sequence[float]) -> LatencySummary | None:
     )
 
 
-def _has_content(choice: dict[str, object]) -> bool:
-    """A streamed choice that carries output (text, chat delta content, or token ids)."""
+def _is_step(choice: dict[str, object]) -> bool:
+    """Whether a streamed choice is one engine step's output. Text can be empty for a real
+    step (bytes held back mid-character, or detokenize off on a --skip-tokenizer-init server),
+    so only chat's opening role-only delta and a bare finish marker are not steps."""
     delta = choice.get("delta")
-    content = delta.get("content") if isinstance(delta, dict) else None
-    return bool(choice.get("text") or content or choice.get("token_ids"))
+    if isinstance(delta, dict):
+        if "role" in delta and not delta.get("content"):
+            return False
+        content = delta.get("content")
+    else:
+        content = choice.get("text")
+    return bool(content or choice.get("token_ids")) or choice.get("finish_reason") is None
 
 
 async def replay_one(
@@ -106,7 +113,7 @@ async def replay_one(
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 choices = chunk.get("choices") or []
-                if any(_has_content(c) for c in choices):
+                if any(_is_step(c) for c in choices):
                     chunk_times.append(now)
     except (httpx.HTTPError, RuntimeError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"

@@ -162,8 +162,10 @@ def test_chat_requests_use_the_chat_endpoint_and_count_delta_content() -> None:
     assert replay.endpoint(request) == "/v1/chat/completions"
     assert body["messages"] == [{"role": "user", "content": request.prompt}]
     assert "prompt" not in body
-    assert replay._has_content({"delta": {"content": "hi"}})
-    assert not replay._has_content({"delta": {"role": "assistant", "content": ""}})
+    assert replay._is_step({"delta": {"content": "hi"}, "finish_reason": None})
+    assert not replay._is_step({"delta": {"role": "assistant", "content": ""}})
+    assert replay._is_step({"text": "", "finish_reason": None})  # detokenize off: still a step
+    assert not replay._is_step({"text": "", "finish_reason": "length"})  # a bare finish marker
     with pytest.raises(ValueError, match="chat request needs prompt text"):
         ReplayRequest(request_id="x", segment_key="s", prompt_token_ids=[1], prompt_tokens=1,
                       max_tokens=1, chat=True)  # fmt: skip
