@@ -76,6 +76,18 @@ def get_job(con: duckdb.DuckDBPyConnection, job_id: str) -> Job | None:
     return Job(**values)
 
 
+def list_jobs(
+    con: duckdb.DuckDBPyConnection, status: JobStatus | None = None, limit: int = 100
+) -> list[Job]:
+    """Jobs newest first, optionally only those in one status."""
+    where = "WHERE status = ?" if status else ""
+    rows = con.execute(
+        f"SELECT job_id FROM jobs {where} ORDER BY created_at DESC, job_id LIMIT ?",
+        [*([status] if status else []), limit],
+    ).fetchall()
+    return [job for (job_id,) in rows if (job := get_job(con, job_id)) is not None]
+
+
 class JobRunner:
     """Starts jobs in threads; each thread writes its own row through its own cursor."""
 

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
 
 from api.deps import V1, Db
 from api.errors import ERROR_RESPONSES, ErrorBody
-from api.jobs import Job, get_job
+from api.jobs import Job, JobStatus, get_job, list_jobs
 
 router = APIRouter(prefix=V1, tags=["jobs"], responses=ERROR_RESPONSES)
+
+
+@router.get("/jobs", response_model=list[Job])
+def jobs(
+    con: Db,
+    status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[Job]:
+    """Background jobs, newest first."""
+    return list_jobs(con, status, limit)
 
 
 @router.get(

@@ -579,6 +579,10 @@ def test_restart_marks_a_running_calibration_interrupted_never_done(db_path: Pat
             assert "stopped" in cut["error"] and cut["result"] is None
             assert c.get("/v1/jobs/fine").json()["status"] == "done"
             assert c.get("/v1/jobs/none").status_code == 404
+            assert [j["job_id"] for j in c.get("/v1/jobs").json()] == [job_id, "fine"]
+            listed = c.get("/v1/jobs", params={"status": "interrupted"}).json()
+            assert [j["job_id"] for j in listed] == [job_id]
+            assert c.get("/v1/jobs", params={"status": "lost"}).status_code == 422
             assert c.get("/v1/calibrations").json() == []  # nothing half-stored
 
 
