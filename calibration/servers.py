@@ -234,37 +234,48 @@ def _start(spec: ServerSpec, python: str) -> tuple[subprocess.Popen[bytes], Serv
     return proc, handle, time.monotonic()
 
 
+def _ready(
+    spec: ServerSpec, proc: subprocess.Popen[bytes], handle: ServerHandle, t0: float
+) -> ServerHandle:
+    """Wait for /health, then fill the handle from /version and /v1/models."""
+    assert handle.log_path is not None
+    _wait_healthy(proc, spec, handle.url, handle.log_path)
+    ready = probe(handle.url, spec.role)
+    return handle.model_copy(
+        update={
+            "vllm_version": ready.vllm_version,
+            "model": ready.model,
+            "max_model_len": ready.max_model_len,
+            "startup_s": round(time.monotonic() - t0, 2),
+        }
+    )
+
+
 @contextlib.contextmanager
 def launched(*specs: ServerSpec) -> Iterator[list[ServerHandle]]:
-    """Start the servers side by side, wait until all are healthy, yield their handles, and stop
-    every one of them on the way out, whatever happens. For one-after-the-other, nest or call
-    twice with one spec each."""
+    """Start the servers, wait until all are healthy, yield their handles, and stop every one
+    of them on the way out, whatever happens. For one-after-the-other, call it once per spec.
+
+    Servers that split one GPU (more than one spec sets gpu_memory_utilization) start one at a
+    time: vLLM sizes its KV cache by profiling the GPU's memory, and another server allocating
+    at the same moment would be counted as its own. Otherwise they start together."""
     if not specs:
         raise BadInput("launched() needs at least one server spec.")
     pythons = [vllm_python(spec) for spec in specs]
+    stagger = sum(spec.gpu_memory_utilization is not None for spec in specs) > 1
     started: list[subprocess.Popen[bytes]] = []
     try:
         with _sigterm_as_interrupt():
             pending = []
+            handles = []
             for spec, python in zip(specs, pythons, strict=True):
                 proc, handle, t0 = _start(spec, python)
                 started.append(proc)
-                pending.append((spec, proc, handle, t0))
-            handles = []
-            for spec, proc, handle, t0 in pending:
-                assert handle.log_path is not None
-                _wait_healthy(proc, spec, handle.url, handle.log_path)
-                ready = probe(handle.url, spec.role)
-                handles.append(
-                    handle.model_copy(
-                        update={
-                            "vllm_version": ready.vllm_version,
-                            "model": ready.model,
-                            "max_model_len": ready.max_model_len,
-                            "startup_s": round(time.monotonic() - t0, 2),
-                        }
-                    )
-                )
+                if stagger:
+                    handles.append(_ready(spec, proc, handle, t0))
+                else:
+                    pending.append((spec, proc, handle, t0))
+            handles += [_ready(*args) for args in pending]
             yield handles
     finally:
         for proc in started:

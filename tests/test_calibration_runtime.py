@@ -457,6 +457,23 @@ def test_a_server_that_dies_gives_the_model_path_and_log_tail_and_leaves_no_orph
     assert gone(child)
 
 
+def test_servers_sharing_a_gpu_start_one_after_the_other(tmp_path: Path) -> None:
+    python = fake_python(tmp_path, has_vllm=True)
+    first = spec_for(tmp_path, python, "die").model_copy(update={"gpu_memory_utilization": 0.45})
+    second = first.model_copy(update={"role": "speculative", "speculative_config": {"k": 1}})
+    with pytest.raises(servers.ServerFailed, match="baseline"), servers.launched(first, second):
+        pytest.fail("the server must not come up")
+    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert len(logs) == 1 and logs[0].startswith("vllm-baseline-")  # the second never started
+    together = first.model_copy(update={"gpu_memory_utilization": None})
+    with (
+        pytest.raises(servers.ServerFailed),
+        servers.launched(together, second.model_copy(update={"gpu_memory_utilization": None})),
+    ):
+        pytest.fail("the server must not come up")
+    assert len(list((tmp_path / "logs").iterdir())) == 3  # both started at once this time
+
+
 def test_a_server_that_never_gets_healthy_times_out_and_its_group_is_killed(
     tmp_path: Path,
 ) -> None:
