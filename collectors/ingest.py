@@ -122,9 +122,10 @@ def ingest_file(
         ) from None
     if "line" not in columns:
         raise AssertionError(f"collector {collector.name} must select a `line` column")
-    staging = normalized_sql(
+    staging, fields = normalized_sql(
         collector_sql, columns, collector.required, reader == "jsonl", store_text
     )
+    timed = "arrival_ts" in fields and "finish_ts" in fields
 
     with _interrupt_is_keyboard(), _memory_capped(con), transaction(con):
         if csv_reader:
@@ -139,18 +140,23 @@ def ingest_file(
             ) from None
         if csv_reader:
             _fix_csv_lines(con)
-        rows, rejected, timed = one(
+        with_finish = (
+            "count(*) FILTER (WHERE reject_reason IS NULL AND arrival_ts IS NOT NULL"
+            " AND finish_ts IS NOT NULL)"
+            if timed
+            else "0"
+        )
+        rows, rejected, finished_rows = one(
             con,
             "SELECT count(*), count(*) FILTER (WHERE reject_reason IS NOT NULL),"
-            " count(*) FILTER (WHERE reject_reason IS NULL AND arrival_ts IS NOT NULL"
-            " AND finish_ts IS NOT NULL) FROM staged",
+            f" {with_finish} FROM staged",
         )
         csv_bad = _csv_reject_count(con) if csv_reader else 0
         rows_read, rows_rejected = rows + csv_bad, rejected + csv_bad
         if rows_read == 0:
             raise BadInput(f"{path} holds no requests; expected at least one {collector.name} row.")
         import_id = scalar(con, "SELECT nextval('import_id_seq')")
-        _insert_requests(con, import_id, collector.name, store_text, derive=timed > 0)
+        _insert_requests(con, import_id, collector.name, fields, derive=finished_rows > 0)
         _insert_rejects(con, import_id, str(path), csv_reader)
         digest = hasher.result()
         finished = _now()
@@ -258,19 +264,18 @@ def _run_with_progress(con: duckdb.DuckDBPyConnection, sql: str, on_progress: Pr
 
 
 def _insert_requests(
-    con: duckdb.DuckDBPyConnection, import_id: int, source: str, text: bool, derive: bool
+    con: duckdb.DuckDBPyConnection, import_id: int, source: str, fields: list[str], derive: bool
 ) -> None:
-    """The accepted rows, in one INSERT; request_id stays NULL where the log gives none.
+    """The accepted rows, in one INSERT; `fields` are the staged ones, the others stay NULL.
 
-    With `derive`, rows that log arrival and finish but no concurrency get the in-flight count at
-    their arrival (advisor.concurrency's sweep over this import's rows), computed here rather
-    than by an UPDATE of the stored rows afterwards.
+    request_id stays NULL where the log gives none. With `derive`, rows that log arrival and
+    finish but no concurrency get the in-flight count at their arrival (advisor.concurrency's
+    sweep over this import's rows), computed here rather than by an UPDATE afterwards.
     """
-    names = [f for f in FIELDS if f not in ("request_id", "concurrency")]
-    names = [f for f in names if f not in ("prompt_text", "output_text")]
-    text_cols = "s.prompt_text, s.output_text" if text else "NULL, NULL"
-    concurrency = "s.concurrency"
-    source_of = "CASE WHEN s.concurrency IS NOT NULL THEN 'log' END"
+    names = [f for f in FIELDS if f in fields and f != "concurrency"]
+    logged = "s.concurrency" if "concurrency" in fields else "NULL"
+    concurrency = logged
+    source_of = f"CASE WHEN {logged} IS NOT NULL THEN 'log' END"
     join = ""
     if derive:
         timed = (
@@ -278,17 +283,15 @@ def _insert_requests(
             " AND arrival_ts IS NOT NULL AND finish_ts IS NOT NULL"
         )
         join = f" LEFT JOIN ({overlap_counts_sql(timed, 'finish_ts', 'k')}) d ON d.k = s.rowid"
-        concurrency = "coalesce(s.concurrency, d.c)"
+        concurrency = f"coalesce({logged}, d.c)"
         source_of = (
-            "CASE WHEN s.concurrency IS NOT NULL THEN 'log' WHEN d.c IS NOT NULL THEN 'derived' END"
+            f"CASE WHEN {logged} IS NOT NULL THEN 'log' WHEN d.c IS NOT NULL THEN 'derived' END"
         )
+    targets = ", ".join(["source", "import_id", "line", *names, "concurrency"])
+    values = ", ".join([sql_str(source), str(import_id), "s.line", *(f"s.{n}" for n in names)])
     con.execute(
-        "INSERT INTO requests (request_id, source, import_id, line,"
-        f" {', '.join(names)}, concurrency, concurrency_source, prompt_text,"
-        " output_text)"
-        f" SELECT s.request_id, {sql_str(source)},"
-        f" {import_id}, s.line, {', '.join('s.' + n for n in names)}, {concurrency}, {source_of},"
-        f" {text_cols}"
+        f"INSERT INTO requests ({targets}, concurrency_source)"
+        f" SELECT {values}, {concurrency}, {source_of}"
         f" FROM staged s{join} WHERE s.reject_reason IS NULL"
     )
 

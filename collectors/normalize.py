@@ -174,8 +174,11 @@ def normalized_sql(
     required: tuple[str, ...],
     json_lines: bool,
     store_text: bool = False,
-) -> str:
-    """The staging SELECT: `line`, `raw` (rejected rows only), every typed FIELD, `reject_reason`.
+) -> tuple[str, list[str]]:
+    """The staging SELECT and the FIELDS it yields (those the collector gives, typed).
+
+    Its columns: `line`, `raw` (rejected rows only), those fields, and `reject_reason`; fields
+    the collector lacks are left out rather than carried as NULL columns.
 
     `columns` maps the collector SELECT's column names to their DuckDB types. In layers (r: raw
     text, n: numbers, v: typed, w: reason) each value is trimmed once, cast to a number once and
@@ -195,14 +198,12 @@ def normalized_sql(
     )
     carried = ["n.line", "n.raw"] + (["n.collector_reason"] if own else [])
     carried += [f"n.{_q('raw__' + n)}" for n in present]
-    typed = [
-        f"{_typed_expr(n, present[n])} AS {_q(n)}" if n in present else f"NULL AS {_q(n)}"
-        for n in FIELDS
-    ]
+    typed = [f"{_typed_expr(n, t)} AS {_q(n)}" for n, t in present.items()]
     branches = ["WHEN v.collector_reason IS NOT NULL THEN v.collector_reason"] if own else []
     for n in FIELDS:
         branches.extend(reason_branches(n, present.get(n), n in required))
-    branches.append("WHEN v.finish_ts < v.arrival_ts THEN 'finish_ts is before arrival_ts'")
+    if "arrival_ts" in present and "finish_ts" in present:
+        branches.append("WHEN v.finish_ts < v.arrival_ts THEN 'finish_ts is before arrival_ts'")
     reason = f"CASE {' '.join(branches)} ELSE NULL END"
     final = "w.reason"
     if json_lines:
@@ -210,20 +211,26 @@ def normalized_sql(
             "CASE WHEN w.reason IS NOT NULL AND NOT json_valid(w.raw)"
             " THEN 'line is not valid JSON (truncated or corrupt)' ELSE w.reason END"
         )
-    outputs = ", ".join(
+    outputs = [
         f"CAST(round(w.{_q(n)}) AS BIGINT) AS {_q(n)}"
         if isinstance(KINDS[n], Count)
         else f"w.{_q(n)}"
-        for n in FIELDS
-    )
+        for n in present
+    ]
     collector_reason = ", c.reject_reason AS collector_reason" if own else ""
     sep = ",\n    "
-    return (
+    final_cols = [
+        "w.line",
+        "CASE WHEN w.reason IS NOT NULL THEN left(w.raw, 500) END AS raw",
+        *outputs,
+        f"{final} AS reject_reason",
+    ]
+    sql = (
         f"WITH c AS ({collector_sql}),\n"
         f"r AS (SELECT c.line, {raw} AS raw{collector_reason}{raws} FROM c),\n"
         f"n AS (SELECT r.*{nums} FROM r),\n"
-        f"v AS (SELECT {', '.join(carried)},\n    {sep.join(typed)} FROM n),\n"
+        f"v AS (SELECT {sep.join(carried + typed)} FROM n),\n"
         f"w AS (SELECT v.*, {reason} AS reason FROM v)\n"
-        "SELECT w.line, CASE WHEN w.reason IS NOT NULL THEN left(w.raw, 500) END AS raw,"
-        f" {outputs}, {final} AS reject_reason FROM w"
+        f"SELECT {', '.join(final_cols)} FROM w"
     )
+    return sql, list(present)
