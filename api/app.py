@@ -42,6 +42,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        # Job threads die with the process: say so now (the next start would say it too).
+        mark_interrupted(con)
         con.close()
 
     app = FastAPI(
