@@ -93,8 +93,17 @@ def calibrate(
     ] = None,
     gpu: Annotated[str, typer.Option(help="GPU catalogue name the servers run on.")] = "h200",
     gpu_memory_utilization: Annotated[
-        float, typer.Option(help="Per server when launched side by side on one GPU.")
-    ] = 0.45,
+        float | None,
+        typer.Option(help="Per launched server (default 0.45 side by side on one GPU, else 0.9)."),
+    ] = None,
+    devices: Annotated[
+        str | None,
+        typer.Option(
+            "--devices",
+            help="Launch on separate GPUs: CUDA device ids of the baseline and the speculative "
+            "server, e.g. 0,1 (default: both on the visible GPU, side by side).",
+        ),
+    ] = None,
     vllm_python: Annotated[
         str | None,
         typer.Option(help="Interpreter with vLLM installed (also VLLM_PYTHON); default: this."),
@@ -170,6 +179,9 @@ def calibrate(
         )
     extra_config = _json_object("--speculative-config", speculative_config_json)
     spec_config = speculative_config(method, k, draft, extra_config) if launch else None
+    if attach_mode and (devices or gpu_memory_utilization):
+        raise BadInput("--devices and --gpu-memory-utilization only apply with --launch.")
+    envs = _device_envs(devices)
     settings = RunSettings(
         gpu=gpu, target=target or "(served model)", method=method, draft=draft, k=k,
         filters=_filters(import_ids, since, until, model, tenant),
@@ -186,7 +198,7 @@ def calibrate(
     finally:
         con.close()
     if dry_run:
-        _print_plan(plan, spec_config)
+        _print_plan(plan, spec_config, envs)
         return
     if attach_mode:
         assert baseline_url is not None and speculative_url is not None
@@ -199,12 +211,13 @@ def calibrate(
         outcome = _run(db, plan, samples, baseline, speculative)
     else:
         assert target is not None and spec_config is not None
-        common = dict(model=target, gpu_memory_utilization=gpu_memory_utilization,
-                      extra_args=extra_args, python=vllm_python, log_dir=log_dir,
+        util = gpu_memory_utilization or (0.9 if devices else 0.45)
+        common = dict(model=target, gpu_memory_utilization=util, extra_args=extra_args,
+                      python=vllm_python, log_dir=log_dir,
                       startup_timeout_s=startup_timeout)  # fmt: skip
         specs = (
-            ServerSpec(role="baseline", **common),
-            ServerSpec(role="speculative", speculative_config=spec_config, **common),
+            ServerSpec(role="baseline", env=envs[0], **common),
+            ServerSpec(role="speculative", speculative_config=spec_config, env=envs[1], **common),
         )
         err.print(f"starting 2 vLLM servers for {target} (logs in {log_dir}/) ...")
         with launched(*specs) as (baseline, speculative):
@@ -214,6 +227,19 @@ def calibrate(
     _print_outcome(outcome)
     if outcome.status == "partial":
         raise typer.Exit(130 if outcome.stop_reason == "interrupted" else 1)
+
+
+def _device_envs(devices: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """CUDA_VISIBLE_DEVICES for the baseline and the speculative server (`--devices 0,1`)."""
+    if devices is None:
+        return {}, {}
+    ids = [d.strip() for d in devices.split(",")]
+    if len(ids) != 2 or not all(d.isdigit() for d in ids) or ids[0] == ids[1]:
+        raise BadInput(
+            f"--devices {devices!r} must be two different CUDA device ids, baseline first, "
+            "e.g. --devices 0,1."
+        )
+    return {"CUDA_VISIBLE_DEVICES": ids[0]}, {"CUDA_VISIBLE_DEVICES": ids[1]}
 
 
 def _json_object(flag: str, text: str | None) -> dict[str, object] | None:
@@ -271,7 +297,11 @@ def _run(db: Path | None, plan: Plan, samples, baseline, speculative) -> Outcome
         return run_calibration(store, plan, samples, baseline, speculative, on_progress=show)
 
 
-def _print_plan(plan: Plan, spec_config: dict[str, object] | None) -> None:
+def _print_plan(
+    plan: Plan,
+    spec_config: dict[str, object] | None,
+    envs: tuple[dict[str, str], dict[str, str]],
+) -> None:
     s = plan.settings
     out.print(
         f"Plan (dry run, no server touched): {len(plan.segments)} segments from "
@@ -298,6 +328,11 @@ def _print_plan(plan: Plan, spec_config: dict[str, object] | None) -> None:
         out.print("note: concurrency was estimated from arrival times (the log has no finish).")
     if spec_config is not None:
         out.print(f"speculative server: --speculative-config '{json.dumps(spec_config)}'")
+    if envs[0]:
+        out.print(
+            f"baseline on CUDA device {envs[0]['CUDA_VISIBLE_DEVICES']}, speculative on "
+            f"{envs[1]['CUDA_VISIBLE_DEVICES']}"
+        )
 
 
 def _print_outcome(o: Outcome) -> None:

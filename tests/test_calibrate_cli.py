@@ -71,6 +71,15 @@ def test_dry_run_plans_without_touching_a_server(db_path, servers):
     con = connect(db_path, read_only=True)
     assert list_calibrations(con) == []
     con.close()
+    launch = run_cli("calibrate", "--launch", "--target", "llama-3.1-8b", "--method", "eagle3",
+                     "--draft", "eagle3-llama-3.1-8b", "--k", "3", "--devices", "0,1",
+                     "--speculative-config", '{"rejection_sample_method": "synthetic"}',
+                     "--dry-run", db=db_path)  # fmt: skip
+    assert launch.returncode == 0, launch.stderr
+    assert "GPU minutes estimated as for" not in launch.stdout  # a catalogue target is sized
+    assert '"model": "eagle3-llama-3.1-8b"' in launch.stdout
+    assert '"rejection_sample_method": "synthetic"' in launch.stdout
+    assert "baseline on CUDA device 0, speculative on 1" in launch.stdout
 
 
 def test_attach_calibrates_stores_and_recommend_uses_it(db_path, servers):
@@ -218,6 +227,8 @@ def test_bad_usage_is_one_sentence(db_path, servers):
           "ngram", "--k", "4", "--", "--enforce-eager"), "only apply with --launch"),
         (("calibrate", "--launch", "--target", "m", "--method", "eagle3", "--k", "4"),
          "--method eagle3 needs --draft"),
+        (("calibrate", "--launch", "--target", "m", "--method", "ngram", "--k", "4",
+          "--devices", "0,0"), "--devices '0,0' must be two different CUDA device ids"),
         (("calibrations", "show", "42"), "no calibration 42"),
     ]  # fmt: skip
     runner = CliRunner()
