@@ -287,10 +287,12 @@ def _run(db: Path | None, plan: Plan, samples, baseline, speculative) -> Outcome
         task = bar.add_task("calibrating", total=None)
 
         def show(p: RunProgress) -> None:
-            what = f"{p.segment_key} round {p.round}: {p.requests} req on {p.role}"
+            what = f"round {p.round}, {p.requests} req on {p.role}: {p.segment_key}"
             if p.estimate is not None and p.estimate.acceptance is not None:
-                what += f" (acceptance {p.estimate.acceptance:.2f}"
-                what += f" +-{p.estimate.acceptance_half_width:.2f})"
+                what = (
+                    f"acceptance {p.estimate.acceptance:.2f} +-"
+                    f"{p.estimate.acceptance_half_width:.2f} after round {p.round}: {p.segment_key}"
+                )
             bar.update(task, description=what, completed=p.done_requests,
                        total=p.budget_requests)  # fmt: skip
 
