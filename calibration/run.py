@@ -194,6 +194,20 @@ class _Stop(Exception):
     """Ends the replay loop early; the message is the stored stop reason."""
 
 
+def _check_role(handle: ServerHandle, run: SegmentRun) -> None:
+    """Swapped or misconfigured URLs would give a calibration of nothing: stop at once."""
+    if handle.role == "baseline" and run.delta is not None and run.delta.moved:
+        raise _Stop(
+            f"the baseline server at {handle.url} drafted tokens (it runs speculative decoding); "
+            "check that --baseline-url and --speculative-url are not swapped"
+        )
+    if handle.role == "speculative" and run.delta is None:
+        raise _Stop(
+            f"the speculative server at {handle.url} exports no spec-decode counters on /metrics "
+            "(is it running with --speculative-config?)"
+        )
+
+
 def replay_all(
     plan: Plan,
     samples: dict[str, list[Sampled]],
@@ -249,6 +263,7 @@ def replay_all(
                             f"the {handle.role} server at {handle.url} answered no request of "
                             f"segment {key!r} ({first})"
                         )
+                    _check_role(handle, run)
                     pair.append(run)
                 runs += pair
                 mine = [r for r in runs if r.segment_key == key]

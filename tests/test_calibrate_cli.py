@@ -165,6 +165,19 @@ def test_server_dying_mid_run_stores_partial_that_recommend_refuses(db_path, ser
     assert latest.returncode == 2 and "no complete calibration" in latest.stderr
 
 
+def test_swapped_urls_are_caught_on_the_first_batch(db_path, servers):
+    base, spec = servers
+    make_db(db_path)
+    result = run_cli(
+        "calibrate", "--baseline-url", spec.url, "--speculative-url", base.url,
+        "--method", "ngram", "--k", "4", db=db_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "drafted tokens (it runs speculative decoding)" in result.stderr
+    assert "nothing was stored" in result.stderr and "Traceback" not in result.stderr
+    assert spec.hits["/v1/completions"] == 1 + 8  # the warm-up and one pilot batch, no more
+
+
 def test_ctrl_c_stores_what_was_measured_as_partial(db_path):
     make_db(db_path)
     with fake_vllm(False, step_s=0.01) as base, fake_vllm(True, step_s=0.01) as spec:
