@@ -105,18 +105,23 @@ def _verdict_deployment(svc: Service, cal: StoredCalibration, target: str | None
     return dep.model_copy(update={"target": chosen}) if chosen else dep
 
 
+class DiffQuery(BaseModel):
+    """GET /v1/calibrations/{a}/diff/{b} parameters; unknown ones are refused (422)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: Name | None = Field(None, description="model for the verdicts")
+    import_id: list[int] = Field(default_factory=list, description="traffic: only these imports")
+    allow_partial: bool = Field(False, description="use a calibration that ended early")
+
+
 @router.get("/calibrations/{a}/diff/{b}", response_model=CalibrationDiff, responses=_NOT_FOUND)
 def diff(
-    a: str,
-    b: str,
-    svc: ServiceDep,
-    con: Db,
-    target: Annotated[Name | None, Query(description="model for the verdicts")] = None,
-    import_id: Annotated[list[int], Query(description="traffic: only these imports")] = [],  # noqa: B006
-    allow_partial: Annotated[bool, Query(description="use a calibration that ended early")] = False,
+    a: str, b: str, svc: ServiceDep, con: Db, query: Annotated[DiffQuery, Query()]
 ) -> CalibrationDiff:
     """What moved from calibration a to b: each fitted parameter (largest relative change first)
     and the segments of the imported traffic whose verdict flips."""
+    target, import_id, allow_partial = query.target, query.import_id, query.allow_partial
     left, right = _get(con, a), _get(con, b)
     result = CalibrationDiff(
         a=CalibrationSummary(**left.model_dump(include=set(CalibrationSummary.model_fields))),

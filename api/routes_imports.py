@@ -50,6 +50,28 @@ _UPLOAD_BODY = {
 }
 
 
+# Query parameters are declared as models that refuse unknown names: a misspelt filter
+# (`?import=1` for `?import_id=1`) is a 422, not silently ignored.
+
+
+class UploadQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    filename: str | None = Field(
+        None, max_length=255, description="file name for a raw-body upload (.gz/.zst matter)"
+    )
+    format: str | None = Field(None, max_length=100, description="skip detection: a collector")
+    task_key: str | None = Field(None, max_length=200, description="where the task label lives")
+    store_text: bool = Field(False, description="keep prompt and output text")
+
+
+class RejectsQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(100, ge=1, le=10_000)
+    offset: int = Field(0, ge=0)
+
+
 class RejectPage(BaseModel):
     """Rejected rows of one import, a page at a time."""
 
@@ -105,20 +127,14 @@ def _ingest(svc: Service, path: Path, name: str, options: Options, **kwargs) -> 
     responses={413: {"model": ErrorBody, "description": "The upload is over the size limit."}},
 )
 async def upload(
-    request: Request,
-    svc: ServiceDep,
-    filename: Annotated[
-        str | None, Query(description="File name for a raw-body upload (.gz/.zst matter).")
-    ] = None,
-    format: Annotated[str | None, Query(description="Skip detection: a collector name.")] = None,
-    task_key: Annotated[str | None, Query(description="Where the task label lives.")] = None,
-    store_text: Annotated[bool, Query(description="Keep prompt and output text.")] = False,
+    request: Request, svc: ServiceDep, query: Annotated[UploadQuery, Query()]
 ) -> ImportSummary:
     """Import a log file; returns rows accepted and rejected and the detected format."""
-    options = Options(task_key=task_key)
-    async with spooled_upload(request, filename, svc.max_upload_bytes) as (path, name):
+    options = Options(task_key=query.task_key)
+    fmt, text = query.format, query.store_text
+    async with spooled_upload(request, query.filename, svc.max_upload_bytes) as (path, name):
         return await anyio.to_thread.run_sync(
-            lambda: _ingest(svc, path, name, options, format_name=format, store_text=store_text)
+            lambda: _ingest(svc, path, name, options, format_name=fmt, store_text=text)
         )
 
 
@@ -146,13 +162,9 @@ def get_import(import_id: int, con: Db) -> ImportSummary:
     response_model=RejectPage,
     responses={404: {"model": ErrorBody, "description": "No such import."}},
 )
-def list_rejects(
-    import_id: int,
-    con: Db,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
-) -> RejectPage:
+def list_rejects(import_id: int, con: Db, query: Annotated[RejectsQuery, Query()]) -> RejectPage:
     """The rows of one import that failed validation, with line number and reason."""
+    limit, offset = query.limit, query.offset
     get_import(import_id, con)
     total = scalar(con, "SELECT count(*) FROM rejects WHERE import_id = ?", [import_id])
     rows = con.execute(

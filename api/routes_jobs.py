@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import V1, Db
 from api.errors import ERROR_RESPONSES, ErrorBody
@@ -13,14 +14,19 @@ from api.jobs import Job, JobStatus, get_job, list_jobs
 router = APIRouter(prefix=V1, tags=["jobs"], responses=ERROR_RESPONSES)
 
 
+class JobQuery(BaseModel):
+    """GET /v1/jobs parameters; unknown ones are refused (422)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: JobStatus | None = Field(None, description="only jobs in this status")
+    limit: int = Field(100, ge=1, le=1000)
+
+
 @router.get("/jobs", response_model=list[Job])
-def jobs(
-    con: Db,
-    status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> list[Job]:
+def jobs(con: Db, query: Annotated[JobQuery, Query()]) -> list[Job]:
     """Background jobs, newest first."""
-    return list_jobs(con, status, limit)
+    return list_jobs(con, query.status, query.limit)
 
 
 @router.get(

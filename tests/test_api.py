@@ -334,6 +334,12 @@ def test_invalid_parameters_get_422_naming_each_path(client: httpx.Client) -> No
     r = client.get("/v1/imports/not-a-number")
     assert r.status_code == 422
     assert r.json()["errors"][0]["path"] == "path.import_id"
+    # A misspelt filter is refused, not ignored (which would widen the selection silently).
+    for path, params in (("/v1/segments", {"import": 1}), ("/v1/jobs", {"state": "done"}),
+                         ("/v1/imports/1/rejects", {"limt": 5})):  # fmt: skip
+        r = client.get(path, params=params)
+        assert r.status_code == 422, path
+        assert r.json()["errors"][0]["path"] == f"query.{next(iter(params))}"
 
 
 def _raw_http(base_url: str, request: bytes, then: bytes = b"") -> bytes:
