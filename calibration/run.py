@@ -26,6 +26,7 @@ from advisor.profile import Profile, load_profile
 from advisor.schemas import Deployment, Method
 from advisor.segments import Bands, Filters, create_scope, segment
 from calibration.acceptance_fit import AcceptanceFit, fit_acceptance, text_features
+from calibration.metrics import MetricsError
 from calibration.records import CalibrationHeader, SegmentSummary, store_calibration, summarize
 from calibration.replay import replay_segment, warm_up
 from calibration.sampling import Precision, Sampled, SegmentEstimate, draw, estimate, next_round
@@ -236,7 +237,10 @@ def replay_all(
     stop: str | None = None
     try:
         for handle in (baseline, speculative):
-            warm_up(handle)
+            try:
+                warm_up(handle)
+            except RuntimeError as exc:
+                raise _Stop(f"the {handle.role} server failed its warm-up request ({exc})") from exc
         rnd = 0
         while plan_ := next_round(
             list(estimates.values()),
@@ -278,7 +282,7 @@ def replay_all(
                                          done_requests=done, budget_requests=budget,
                                          estimate=estimates[key]))  # fmt: skip
             rnd += 1
-    except _Stop as exc:
+    except (_Stop, MetricsError) as exc:
         stop = str(exc)
     except KeyboardInterrupt:
         stop = "interrupted"

@@ -178,6 +178,17 @@ def test_swapped_urls_are_caught_on_the_first_batch(db_path, servers):
     assert spec.hits["/v1/completions"] == 1 + 8  # the warm-up and one pilot batch, no more
 
 
+def test_a_server_failing_its_warm_up_stores_nothing(db_path, servers):
+    base, spec = servers
+    base.fail_after = 0
+    make_db(db_path)
+    result = calibrate(db_path, base, spec)
+    assert result.returncode == 1
+    assert "baseline server failed its warm-up request" in result.stderr
+    assert "HTTP 500" in result.stderr and "Traceback" not in result.stderr
+    assert "/v1/completions" not in spec.hits
+
+
 def test_ctrl_c_stores_what_was_measured_as_partial(db_path):
     make_db(db_path)
     with fake_vllm(False, step_s=0.01) as base, fake_vllm(True, step_s=0.01) as spec:
