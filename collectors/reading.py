@@ -19,6 +19,11 @@ from advisor.errors import BadInput
 from collectors.base import Reader, Sample
 
 SAMPLE_BYTES = 64 * 1024
+# DuckDB's CSV reader refuses lines over 2 MB by default; a logged request with a long document
+# in its prompt (and its answer) can exceed that, and would fail the whole file. Its read buffer
+# (16x the line limit unless set) must hold a line, and counts against the import's memory cap.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+LINE_BUFFER_BYTES = 2 * MAX_LINE_BYTES
 PARQUET_MAGIC = b"PAR1"
 
 
@@ -127,7 +132,9 @@ def source_sql(path: Path, reader: Reader, rejects_table: str = "reject_errors")
         return (
             "SELECT ordinality AS line, l AS raw FROM read_csv("
             f"{p}, columns={{'l': 'VARCHAR'}}, header=false, delim='\\0', quote='', escape='',"
-            " auto_detect=false, strict_mode=false) WITH ORDINALITY"
+            f" auto_detect=false, strict_mode=false, max_line_size={MAX_LINE_BYTES},"
+            f" buffer_size={LINE_BUFFER_BYTES})"
+            " WITH ORDINALITY"
             # Blank lines are skipped; trim() only for lines that start with white space, since
             # trimming every line costs as much as reading it.
             " WHERE l IS NOT NULL AND l <> ''"

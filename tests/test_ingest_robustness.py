@@ -10,6 +10,7 @@ by the signal), so these tests cannot pass by accident.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import pty
 import signal
@@ -187,3 +188,14 @@ def test_duckdb_memory_is_capped_during_an_import_and_restored(con):
     mine = con.execute(setting).fetchall()[0][0]
     ingest_file(con, MOONCAKE, on_progress=progress)
     assert during[-1] == mine and con.execute(setting).fetchall()[0][0] == mine
+
+
+def test_json_line_longer_than_duckdbs_default_limit(con, tmp_path):
+    """A logged prompt with a long document makes a line of several MB (DuckDB's default: 2 MB)."""
+    lines = [MOONCAKE.read_text().splitlines()[0]]
+    long = json.loads(lines[0]) | {"prompt": "lorem ipsum " * 300_000}  # 3.6 MB
+    lines += [json.dumps(long), lines[0]]
+    path = tmp_path / "long.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    summary = ingest_file(con, path)
+    assert (summary.format, summary.rows_accepted, summary.rows_rejected) == ("mooncake", 3, 0)
