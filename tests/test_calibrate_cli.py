@@ -189,6 +189,17 @@ def test_a_server_failing_its_warm_up_stores_nothing(db_path, servers):
     assert "/v1/completions" not in spec.hits
 
 
+def test_time_limit_stores_a_partial_calibration(db_path):
+    """Slow servers (50 ms a step): the first segment's pilot alone takes well over the 6 s
+    limit, the warm-up far less, so the run stops after exactly one segment."""
+    make_db(db_path)
+    with fake_vllm(False, step_s=0.05) as base, fake_vllm(True, step_s=0.05) as spec:
+        result = calibrate(db_path, base, spec, "--time-limit", "0.1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "PARTIAL (--time-limit 0.1 min reached)" in result.stdout
+    assert "1 of 2 segments measured" in result.stdout
+
+
 def test_ctrl_c_stores_what_was_measured_as_partial(db_path):
     make_db(db_path)
     with fake_vllm(False, step_s=0.01) as base, fake_vllm(True, step_s=0.01) as spec:
