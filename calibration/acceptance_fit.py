@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
-from sklearn.linear_model import Ridge
 
 # Text features: structured output (JSON, code, SQL) is dense in these characters. Density is
 # counted per 10 characters so that, like every other feature, one unit is a sizeable change.
@@ -277,6 +276,8 @@ def _fit_once(
     """
     unit = np.array([PRIOR_UNIT.get(name, 1.0) for name in names])
     mean = np.average(x, axis=0, weights=w)
+    from sklearn.linear_model import Ridge  # deferred: 2 s of import for every CLI start
+
     model = Ridge(alpha=ridge).fit((x - mean) / unit, y, sample_weight=w)
     raw = model.coef_ / unit
     coefs = {name: float(c) for name, c in zip(names, raw, strict=True)}

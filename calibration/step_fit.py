@@ -25,7 +25,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
-from scipy.optimize import least_squares
 
 from advisor.catalog import Catalog, load_catalog
 from advisor.memory import max_running
@@ -327,6 +326,8 @@ def fit_profile(
 ) -> StepFit:
     """Least-squares fit of `free` parameters (default: free_parameters(points)) starting from
     `base`; returns the fitted Profile (named `name`) and its goodness of fit."""
+    from scipy.optimize import least_squares  # deferred: only a fit needs scipy
+
     if not points:
         raise ValueError("no measurements to fit")
     cat = catalog or load_catalog()

@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from api.auth import create_key, list_keys, revoke_key
 from cli.common import DbOption, err, handles_errors, open_db, out
 
 app = typer.Typer(help="Manage API keys for `advisor serve`.", no_args_is_help=True)
@@ -24,6 +23,8 @@ def create(
     db: DbOption = None,
 ) -> None:
     """Create a key and print it once (stdout); only its hash is stored."""
+    from api.auth import create_key  # deferred: FastAPI is slow to import for other commands
+
     info, key = create_key(open_db(db), name)
     err.print(
         f"Created key {info.key_id} ({info.name}). It is shown only now; "
@@ -39,6 +40,8 @@ def revoke(
     db: DbOption = None,
 ) -> None:
     """Revoke a key: requests that send it get 403 from the next start of the service on."""
+    from api.auth import revoke_key
+
     info = revoke_key(open_db(db), key_id)
     out.print(f"Key {info.key_id} ({info.name}) is revoked.")
 
@@ -47,6 +50,8 @@ def revoke(
 @handles_errors
 def list_(db: DbOption = None) -> None:
     """List keys (ids and names; secrets are never stored)."""
+    from api.auth import list_keys
+
     keys = list_keys(open_db(db))
     table = Table("id", "name", "created (UTC)", "revoked (UTC)")
     for k in keys:

@@ -6,9 +6,7 @@ import ipaddress
 from typing import Annotated
 
 import typer
-import uvicorn
 
-from api.app import create_app
 from cli.common import DbOption, err, handles_errors
 
 MIB = 1 << 20
@@ -34,6 +32,10 @@ def serve(
     db: DbOption = None,
 ) -> None:
     """Serve the advisor over HTTP: JSON under /v1, OpenAPI at /openapi.json and /docs."""
+    import uvicorn  # deferred with the app: FastAPI costs every other command ~0.6 s to import
+
+    from api.app import create_app
+
     app = create_app(db, max_upload_bytes=max_upload_mb * MIB)
     if not app.state.service.keys.any_key and not is_loopback(host):
         err.print(
