@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import duckdb
 
 from advisor import concurrency, segments
-from advisor.calibrations import get_calibration, usable
+from advisor.calibrations import profile_for
 from advisor.catalog import GPU, Catalog
 from advisor.errors import BadInput
 from advisor.perf import Setup, decode_speedup, request_latency_s, resolve, steady_state
@@ -40,28 +40,32 @@ from advisor.segments import Bands, Filters
 CURVE_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
+def is_stored_calibration(calibration: str | None) -> bool:
+    """`--calibration` names a stored calibration (an id or `latest`), not a shipped profile."""
+    text = (calibration or "").strip().lower()
+    return text.isdigit() or text == "latest"
+
+
 def resolve_profile(
-    con: duckdb.DuckDBPyConnection | None, gpu: str, calibration: str | None
+    con: duckdb.DuckDBPyConnection | None,
+    gpu: str,
+    calibration: str | None,
+    *,
+    allow_partial: bool = False,
 ) -> Profile:
-    """The profile a recommendation runs on.
+    """The profile a prediction or recommendation runs on.
 
     None: the shipped profile for the GPU, else the roofline defaults. A number or `latest`: a
-    stored calibration's fitted profile. Anything else: a shipped profile name or a JSON file.
+    stored calibration's fitted profile (a partial one only with `allow_partial`). Anything
+    else: a shipped profile name or a JSON file.
     """
     if calibration is None:
         return load_profile(gpu)
     text = calibration.strip()
-    if text.isdigit() or text.lower() == "latest":
+    if is_stored_calibration(text):
         if con is None:
             raise BadInput(f"--calibration {text} needs a database; pass --db.")
-        cal = usable(get_calibration(con, text))
-        try:
-            fitted = Profile.model_validate(cal.profile)
-        except ValueError:
-            raise BadInput(
-                f"Calibration {cal.id} stores no usable profile; run `advisor calibrate` again."
-            ) from None
-        return fitted.model_copy(update={"calibration": cal.ref()})
+        return profile_for(con, text, allow_partial=allow_partial)
     if text.endswith(".json") or "/" in text or text in profile_names():
         return get_profile(text)
     raise BadInput(

@@ -9,11 +9,11 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from advisor.calibrations import profile_for
 from advisor.catalog import load_catalog
 from advisor.errors import BadInput
 from advisor.predict import predict as run_predict
-from advisor.profile import Profile, load_profile
+from advisor.profile import Profile
+from advisor.recommend import is_stored_calibration, resolve_profile
 from advisor.schemas import Deployment
 from cli.common import DbOption, handles_errors, open_db, out
 
@@ -51,15 +51,14 @@ def make_deployment(
 
 
 def pick_profile(gpu: str, calibration: str | None, db: Path | None) -> Profile:
-    """A stored calibration's fitted profile (id or `latest`), else a shipped/JSON profile."""
-    text = (calibration or "").strip()
-    if text.isdigit() or text.lower() == "latest":
-        con = open_db(db, read_only=True)
-        try:
-            return profile_for(con, text)
-        finally:
-            con.close()
-    return load_profile(gpu, text or None)
+    """advisor.recommend.resolve_profile, opening the database only for a stored calibration."""
+    if not is_stored_calibration(calibration):
+        return resolve_profile(None, gpu, calibration)
+    con = open_db(db, read_only=True)
+    try:
+        return resolve_profile(con, gpu, calibration)
+    finally:
+        con.close()
 
 
 @handles_errors

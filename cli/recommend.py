@@ -93,6 +93,10 @@ def recommend(
             "profile name / JSON path. Default: the GPU's shipped profile, else the roofline."
         ),
     ] = None,
+    allow_partial: Annotated[
+        bool,
+        typer.Option("--allow-partial", help="Accept a calibration that ended early (partial)."),
+    ] = False,
     catalog: Annotated[
         Path | None, typer.Option(help="Extra GPU/model catalogue JSON (also ADVISOR_CATALOG).")
     ] = None,
@@ -145,7 +149,7 @@ def recommend(
         summary = _import(con, path, log_format)
         err.print(summary.sentence())
         filters.import_ids.append(summary.import_id)
-    profile = resolve_profile(con, deployment.gpu, calibration)
+    profile = resolve_profile(con, deployment.gpu, calibration, allow_partial=allow_partial)
     rec = run_recommend(con, deployment, profile, filters, bands, threshold=threshold, catalog=cat)
     _emit(rec, format_, output)
 

@@ -161,6 +161,12 @@ def test_server_dying_mid_run_stores_partial_that_recommend_refuses(db_path, ser
     rec = run_cli("recommend", "--calibration", str(cal_id), db=db_path)
     assert rec.returncode == 2
     assert f"Calibration {cal_id} is partial" in rec.stderr and "Traceback" not in rec.stderr
+    allowed = run_cli(
+        "recommend", "--calibration", str(cal_id), "--allow-partial", "--format", "json",
+        db=db_path,
+    )  # fmt: skip
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["calibration"]["id"] == str(cal_id)
     latest = run_cli("recommend", "--calibration", "latest", db=db_path)
     assert latest.returncode == 2 and "no complete calibration" in latest.stderr
 
