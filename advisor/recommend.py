@@ -202,14 +202,8 @@ def _weighted_speedup(verdicts: Sequence[SegmentVerdict], only_enabled: bool) ->
     return Interval(value=ratio("value"), low=ratio("low"), high=ratio("high"))
 
 
-def _notes(
-    profile: Profile,
-    deployment: Deployment,
-    scope: segments.Scope,
-    info: concurrency.ConcurrencyInfo,
-    bands: Bands,
-    rate: float | None,
-) -> list[str]:
+def profile_notes(profile: Profile, deployment: Deployment) -> list[str]:
+    """Which numbers answered, and the caveats of using them for this deployment."""
     ref = profile.calibration
     notes = [f"Calibration used: {ref.id} ({ref.kind}) - {ref.description.rstrip('.')}."]
     if ref.kind == "roofline":
@@ -223,6 +217,18 @@ def _notes(
             f"The profile was measured on {profile.gpu}, not {deployment.gpu}: step costs may "
             "not transfer."
         )
+    return notes
+
+
+def _notes(
+    profile: Profile,
+    deployment: Deployment,
+    scope: segments.Scope,
+    info: concurrency.ConcurrencyInfo,
+    bands: Bands,
+    rate: float | None,
+) -> list[str]:
+    notes = profile_notes(profile, deployment)
     total = scope.n
     if info.estimated:
         notes.append(

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from advisor.catalog import Catalog
 from advisor.perf import request_latency_s, resolve
 from advisor.profile import Profile
-from advisor.recommend import curve, fleet_summary
+from advisor.recommend import curve, fleet_summary, profile_notes
 from advisor.schemas import Deployment, Recommendation, SegmentStats
 from advisor.scoring import THRESHOLD, score_segment
 from advisor.segments import UNLABELLED, Bands, band_label
@@ -152,19 +152,7 @@ def recommend_summary(
 
 
 def _notes(summary: WorkloadSummary, deployment: Deployment, profile: Profile) -> list[str]:
-    ref = profile.calibration
-    notes = [f"Calibration used: {ref.id} ({ref.kind}) - {ref.description}."]
-    if ref.kind == "roofline":
-        notes.append(
-            f"No measured profile for {deployment.gpu}: the datasheet roofline with default "
-            "efficiencies is used (fallback), so intervals are wider; `advisor calibrate` "
-            "replaces it with your GPU's numbers."
-        )
-    if profile.gpu and profile.gpu.lower() != deployment.gpu.lower():
-        notes.append(
-            f"The profile was measured on {profile.gpu}, not {deployment.gpu}: step costs may "
-            "not transfer."
-        )
+    notes = profile_notes(profile, deployment)
     total = sum(s.requests for s in summary.segments)
     notes.append(
         f"Workload summary: {len(summary.segments)} posted segments, {total:,} requests; "
