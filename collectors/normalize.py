@@ -97,10 +97,19 @@ def _epoch(num: str) -> str:
     )
 
 
+# Prompt and output text are replayed as logged: leading indentation and newlines are content.
+VERBATIM = frozenset({"prompt_text", "output_text"})
+
+
 def _raw_expr(name: str, column_type: str) -> str:
-    """The collector's value of `name` as it came: text trimmed (NULL when blank), else as is."""
+    """The collector's value of `name` as it came: text trimmed (NULL when blank; prompt and
+    output text only NULL when empty), else as is."""
     col = f"c.{_q(name)}"
-    return col if _is_typed(column_type) else f"NULLIF(trim(CAST({col} AS VARCHAR)), '')"
+    if _is_typed(column_type):
+        return col
+    if name in VERBATIM:
+        return f"NULLIF(CAST({col} AS VARCHAR), '')"
+    return f"NULLIF(trim(CAST({col} AS VARCHAR)), '')"
 
 
 def _number_expr(name: str, column_type: str) -> str:

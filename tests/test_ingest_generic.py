@@ -55,6 +55,8 @@ def test_jsonl_with_dotted_paths_from_a_mapping_file(db_path, tmp_path):
          "choices": [{"text": "Paris."}]},
         {"ts": 1717236001, "usage": {"in": 11, "out": 0}, "meta": {"task": "code"},
          "choices": [{"text": ""}]},
+        {"ts": 1717236002, "usage": {"in": 12, "out": 6}, "meta": {"task": "code"},
+         "choices": [{"text": "    return x\n"}]},
     ]  # fmt: skip
     path = tmp_path / "calls.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + '\n{"ts": 17172\n')
@@ -69,14 +71,16 @@ def test_jsonl_with_dotted_paths_from_a_mapping_file(db_path, tmp_path):
     mapping.write_text(json.dumps(fields))
     result = run_cli("ingest", str(path), "--map-file", str(mapping), "--store-text", db=db_path)
     assert result.returncode == 0, result.stderr
-    assert "2 imported, 1 rejected" in result.stdout
+    assert "3 imported, 1 rejected" in result.stdout
     rows = stored(db_path)
     assert rows[0][:4] == (1, datetime(2024, 6, 1, 10, 0, 0, 250000), 10, 5)
-    assert [r[7] for r in rows] == ["qa", "code"]
+    assert [r[7] for r in rows] == ["qa", "code", "code"]
     con = connect(db_path)
+    # code output keeps its indentation and newline: it is replayed as logged
     assert con.execute("SELECT output_text FROM requests ORDER BY line").fetchall() == [
         ("Paris.",),
         (None,),
+        ("    return x\n",),
     ]
     con.close()
 
