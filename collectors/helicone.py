@@ -17,7 +17,15 @@ delay_ms, else response_created_at - request_created_at. Requests with an HTTP s
 from __future__ import annotations
 
 from collectors.base import Collector, Options, Sample
-from collectors.jsonsql import decoded, document, extract, keys_of, messages_text, ms_between
+from collectors.jsonsql import (
+    columns,
+    decoded,
+    document,
+    extract,
+    keys_of,
+    messages_text,
+    ms_between,
+)
 
 JSON_CELLS = ("request_body", "response_body", "request_properties")
 
@@ -56,17 +64,9 @@ def select(options: Options) -> str:
     status = f"TRY_CAST({f['status']} AS INTEGER)"
     return f"""
         SELECT line, raw,
-               {f["request_id"]} AS request_id,
+               {columns(f)},
                {f["start"]} AS arrival_ts,
                {f["end"]} AS finish_ts,
-               {f["prompt_tokens"]} AS prompt_tokens,
-               {f["output_tokens"]} AS output_tokens,
-               {f["temperature"]} AS temperature,
-               {f["top_p"]} AS top_p,
-               {f["max_tokens"]} AS max_tokens,
-               {f["task"]} AS task,
-               {f["model"]} AS model,
-               {f["tenant"]} AS tenant,
                {f["ttft_ms"]} AS ttft_ms,
                coalesce(TRY_CAST({f["delay_ms"]} AS DOUBLE),
                         {ms_between(f["start"], f["end"])}) AS e2e_ms,

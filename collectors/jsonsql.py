@@ -35,6 +35,21 @@ def extract(fields: Mapping[str, Sequence[str]], doc: str = "raw") -> tuple[str,
     return f"json_extract_string({doc}, {listing})", exprs
 
 
+# Fields that JSON collectors take as found: the extracted path, under the field's own name.
+AS_FOUND = (
+    "request_id", "prompt_tokens", "output_tokens", "temperature", "top_p", "max_tokens",
+    "task", "model", "tenant",
+)  # fmt: skip
+
+
+def columns(found: Mapping[str, str], **computed: str) -> str:
+    """The SELECT list `expr AS field`: each AS_FOUND field from `found` (the second value of
+    `extract`), then the fields the collector computes (`computed` overrides `found`)."""
+    exprs = {name: found[name] for name in AS_FOUND if name in found and name not in computed}
+    exprs.update(computed)
+    return ",\n".join(f"{expr} AS {name}" for name, expr in exprs.items())
+
+
 def document() -> str:
     """SELECT over `src` giving `line`, `raw` (text) and `doc` (JSON, NULL when unparseable).
 

@@ -19,7 +19,15 @@ with that reason.
 from __future__ import annotations
 
 from collectors.base import Collector, Options, Sample
-from collectors.jsonsql import decoded, document, extract, keys_of, messages_text, ms_between
+from collectors.jsonsql import (
+    columns,
+    decoded,
+    document,
+    extract,
+    keys_of,
+    messages_text,
+    ms_between,
+)
 
 JSON_CELLS = ("modelParameters", "model_parameters", "usage", "usageDetails", "usage_details",
               "metadata", "input", "output")  # fmt: skip
@@ -63,17 +71,9 @@ def select(options: Options) -> str:
     start, first, end = f["start"], f["first"], f["end"]
     return f"""
         SELECT line, raw,
-               {f["request_id"]} AS request_id,
+               {columns(f)},
                {start} AS arrival_ts,
                {end} AS finish_ts,
-               {f["prompt_tokens"]} AS prompt_tokens,
-               {f["output_tokens"]} AS output_tokens,
-               {f["temperature"]} AS temperature,
-               {f["top_p"]} AS top_p,
-               {f["max_tokens"]} AS max_tokens,
-               {f["task"]} AS task,
-               {f["model"]} AS model,
-               {f["tenant"]} AS tenant,
                coalesce({ms_between(start, first)},
                         TRY_CAST({f["ttft_s"]} AS DOUBLE) * 1000) AS ttft_ms,
                coalesce({ms_between(start, end)},

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collectors.base import Collector, Options, Sample
 from collectors.jsonsql import (
+    columns,
     decoded,
     document,
     extract,
@@ -68,17 +69,9 @@ def _select(paths: dict[str, tuple[str, ...]], options: Options) -> str:
     ttft = f"CASE WHEN {instant(first)} < {instant(end)} THEN {ms_between(start, first)} END"
     return f"""
         SELECT line, raw,
-               {f["request_id"]} AS request_id,
+               {columns(f, task=task)},
                {start} AS arrival_ts,
                {end} AS finish_ts,
-               {f["prompt_tokens"]} AS prompt_tokens,
-               {f["output_tokens"]} AS output_tokens,
-               {f["temperature"]} AS temperature,
-               {f["top_p"]} AS top_p,
-               {f["max_tokens"]} AS max_tokens,
-               {task} AS task,
-               {f["model"]} AS model,
-               {f["tenant"]} AS tenant,
                {ttft} AS ttft_ms,
                {ms_between(start, end)} AS e2e_ms,
                coalesce({messages_text(f["messages"])},

@@ -40,7 +40,7 @@ missing temperature is left empty, not assumed to be the server default.
 from __future__ import annotations
 
 from collectors.base import Collector, Options, Sample
-from collectors.jsonsql import extract, messages_text, ms_between, records
+from collectors.jsonsql import columns, extract, messages_text, ms_between, records
 
 REQUEST = ("$.request", "$.request.body", "$.body")
 RESPONSE = ("$.response", "$.response.body", "$")
@@ -117,17 +117,9 @@ def select(options: Options) -> str:
     start = f"coalesce({f['start']}, {f['created']})"
     return f"""
         SELECT line, raw,
-               {f["request_id"]} AS request_id,
+               {columns(f)},
                {start} AS arrival_ts,
                {f["end"]} AS finish_ts,
-               {f["prompt_tokens"]} AS prompt_tokens,
-               {f["output_tokens"]} AS output_tokens,
-               {f["temperature"]} AS temperature,
-               {f["top_p"]} AS top_p,
-               {f["max_tokens"]} AS max_tokens,
-               {f["task"]} AS task,
-               {f["model"]} AS model,
-               {f["tenant"]} AS tenant,
                coalesce(TRY_CAST({f["ttft_ms"]} AS DOUBLE),
                         {ms_between(start, f["first_token"])}) AS ttft_ms,
                coalesce(TRY_CAST({f["e2e_ms"]} AS DOUBLE), {ms_between(start, f["end"])}) AS e2e_ms,
