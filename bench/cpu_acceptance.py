@@ -161,15 +161,22 @@ def sample_output(
     }
 
 
+def current_prior(category: str, temperature: float) -> dict[str, float]:
+    """The advisor's ngram prior now (records keep the one of their run under "prior")."""
+    p = prior("ngram", task_class(category), temperature_band(temperature))
+    return {"value": p.value, "low": p.low, "high": p.high}
+
+
 def fmt(x: float | None, spec: str = ".2f") -> str:
     return "-" if x is None else format(x, spec)
 
 
 def pooled(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Counters summed per (task class, temperature), the advisor's granularity."""
+    """Counters summed per (task class, temperature), the advisor's granularity (today's
+    task classes, so a changed label mapping shows)."""
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for r in records:
-        groups.setdefault((r["task_class"], r["temperature"]), []).append(r)
+        groups.setdefault((task_class(r["category"]), r["temperature"]), []).append(r)
     out = []
     for (cls, temp), rs in sorted(groups.items()):
         drafts = sum(r["num_drafts"] for r in rs)
@@ -185,14 +192,15 @@ def pooled(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "proposal_rate": drafts / steps if steps else None,
                 "alpha_drafted": alpha_from_counters(drafts, acc, K) if drafts else None,
                 "alpha_all_steps": alpha_over_steps(drafts, tokens, acc, steps) if drafts else None,
-                "prior": rs[0]["prior"],
+                "prior": current_prior(rs[0]["category"], temp),
             }
         )
     return out
 
 
 def table(records: Iterable[dict[str, Any]]) -> str:
-    """Markdown tables: per batch, then pooled per task class as the priors are keyed."""
+    """Markdown tables: per batch, then pooled per task class as the priors are keyed; the
+    prior column is the advisor's current ngram prior."""
     records = list(records)
     batches = [r for r in records if r.get("type") == "batch"]
     lines = [
@@ -201,7 +209,7 @@ def table(records: Iterable[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in batches:
-        p = r["prior"]
+        p = current_prior(r["category"], r["temperature"])
         lines.append(
             f"| {r['category']} | {r['temperature']:g} | {r['num_drafts']} |"
             f" {fmt(r['acceptance_rate'])} | {fmt(r['mean_acceptance_length'])} |"
