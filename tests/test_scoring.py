@@ -111,6 +111,8 @@ def test_unlabelled_traffic_gets_the_widest_interval() -> None:
     assert unknown.high - unknown.low > labelled.high - labelled.low
     assert task_class("Code completion") == "code" and task_class("conversation") == "chat"
     assert task_class(None) == "unlabelled" and temperature_band(None) == "unknown"
+    # answering from a supplied document copies from the prompt (rag), unlike closed-book qa
+    assert task_class("document_qa") == "rag"
     assert prior("ngram", "creative", "high").value < prior("ngram", "creative", "greedy").value
 
 
