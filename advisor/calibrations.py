@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from advisor.errors import BadInput
 from advisor.profile import Profile
-from advisor.schemas import CalibrationRef
+from advisor.schemas import CalibrationRef, Recommendation, Verdict
 from advisor.store import scalar
 
 _SUMMARY_COLUMNS = (
@@ -256,3 +256,47 @@ def parameter_drift(a: StoredCalibration, b: StoredCalibration) -> list[Drift]:
         if left.get(name) != right.get(name)
     ]
     return sorted(drifts, key=lambda d: -abs(d.change_pct) if d.change_pct is not None else -1e18)
+
+
+class VerdictFlip(BaseModel):
+    """A segment whose verdict differs under calibrations a and b, on the same traffic."""
+
+    segment: str
+    share: float
+    a: Verdict
+    b: Verdict
+    e2e_speedup_a: float
+    e2e_speedup_b: float
+
+
+class VerdictComparison(BaseModel):
+    """Two recommendations for the same traffic under calibrations a and b, segment by segment."""
+
+    segments_compared: int
+    flips: list[VerdictFlip]  # largest share first
+    only_under_one: list[str]  # segments that exist under one calibration only
+
+
+def compare_verdicts(a: Recommendation, b: Recommendation) -> VerdictComparison:
+    """Which segments' verdicts flip from `a` to `b`. Segments are matched by key; estimated
+    concurrency can differ between profiles, so a few may exist under one of them only."""
+    by_a = {v.stats.key: v for v in a.segments}
+    by_b = {v.stats.key: v for v in b.segments}
+    both = by_a.keys() & by_b.keys()
+    flips = [
+        VerdictFlip(
+            segment=key,
+            share=va.share,
+            a=va.verdict,
+            b=vb.verdict,
+            e2e_speedup_a=va.e2e_speedup.value,
+            e2e_speedup_b=vb.e2e_speedup.value,
+        )
+        for key in sorted(both, key=lambda k: -by_a[k].share)
+        if (va := by_a[key]).verdict != (vb := by_b[key]).verdict
+    ]
+    return VerdictComparison(
+        segments_compared=len(both),
+        flips=flips,
+        only_under_one=sorted(by_a.keys() ^ by_b.keys()),
+    )

@@ -11,6 +11,8 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 from advisor.calibrations import (
     CalibrationSummary,
     StoredCalibration,
+    VerdictFlip,
+    compare_verdicts,
     get_calibration,
     list_calibrations,
     parameter_drift,
@@ -18,7 +20,7 @@ from advisor.calibrations import (
 )
 from advisor.errors import BadInput
 from advisor.recommend import recommend as run_recommend
-from advisor.schemas import Deployment, Method, Verdict
+from advisor.schemas import Deployment, Method
 from advisor.segments import Bands, Filters
 from api.deps import V1, Db, Service, ServiceDep
 from api.errors import ERROR_RESPONSES, ErrorBody
@@ -41,17 +43,6 @@ class DriftOut(BaseModel):
     a: float | None
     b: float | None
     change_pct: float | None
-
-
-class VerdictFlip(BaseModel):
-    """A segment whose verdict differs under calibrations a and b, on the same traffic."""
-
-    segment: str
-    share: float
-    a: Verdict
-    b: Verdict
-    e2e_speedup_a: float
-    e2e_speedup_b: float
 
 
 class CalibrationDiff(BaseModel):
@@ -140,23 +131,10 @@ def diff(
         why = str(exc) if isinstance(exc, BadInput) else f"calibration {left.id}'s deployment"
         result.note = f"Verdict flips not computed: {why}"
         return result
-    by_key = [{v.stats.key: v for v in rec.segments} for rec in recs]
-    both = by_key[0].keys() & by_key[1].keys()
+    cmp = compare_verdicts(*recs)
     result.verdicts_for = dep
-    result.segments_compared = len(both)
-    result.flips = [
-        VerdictFlip(
-            segment=key,
-            share=va.share,
-            a=va.verdict,
-            b=vb.verdict,
-            e2e_speedup_a=va.e2e_speedup.value,
-            e2e_speedup_b=vb.e2e_speedup.value,
-        )
-        for key in sorted(both, key=lambda k: -by_key[0][k].share)
-        if (va := by_key[0][key]).verdict != (vb := by_key[1][key]).verdict
-    ]
-    result.only_under_one = sorted(by_key[0].keys() ^ by_key[1].keys())
+    result.segments_compared, result.flips = cmp.segments_compared, cmp.flips
+    result.only_under_one = cmp.only_under_one
     return result
 
 

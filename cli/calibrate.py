@@ -14,6 +14,7 @@ from rich.table import Table
 
 from advisor.calibrations import (
     StoredCalibration,
+    compare_verdicts,
     get_calibration,
     list_calibrations,
     parameter_drift,
@@ -544,22 +545,17 @@ def _measured(cal: StoredCalibration) -> dict[str, float]:
 
 
 def _print_flips(a: Recommendation, b: Recommendation, deployment: Deployment) -> None:
-    verdicts_a = {v.stats.key: v for v in a.segments}
-    verdicts_b = {v.stats.key: v for v in b.segments}
-    flips = [key for key in verdicts_a.keys() & verdicts_b.keys()
-             if verdicts_a[key].verdict != verdicts_b[key].verdict]  # fmt: skip
+    cmp = compare_verdicts(a, b)
     out.print(
-        f"Verdicts on {len(verdicts_a)} segments of your traffic ({deployment.target}, "
-        f"{deployment.method}, k={deployment.k}): {len(flips)} flip."
+        f"Verdicts on {len(a.segments)} segments of your traffic ({deployment.target}, "
+        f"{deployment.method}, k={deployment.k}): {len(cmp.flips)} flip."
     )
-    if flips:
+    if cmp.flips:
         table = Table("segment", "share", "A", "B", "e2e A", "e2e B")
-        for key in sorted(flips, key=lambda k: -verdicts_a[k].share):
-            va, vb = verdicts_a[key], verdicts_b[key]
-            table.add_row(key, f"{va.share:.1%}", va.verdict, vb.verdict,
-                          f"{va.e2e_speedup.value:.2f}", f"{vb.e2e_speedup.value:.2f}")  # fmt: skip
+        for f in cmp.flips:
+            table.add_row(f.segment, f"{f.share:.1%}", f.a, f.b,
+                          f"{f.e2e_speedup_a:.2f}", f"{f.e2e_speedup_b:.2f}")  # fmt: skip
         out.print(table)
-    only = verdicts_a.keys() ^ verdicts_b.keys()
-    if only:
-        out.print(f"{len(only)} segment(s) exist under one calibration only (their estimated "
-                  "concurrency differs): " + "; ".join(sorted(only)))  # fmt: skip
+    if cmp.only_under_one:
+        out.print(f"{len(cmp.only_under_one)} segment(s) exist under one calibration only (their "
+                  "estimated concurrency differs): " + "; ".join(cmp.only_under_one))  # fmt: skip
