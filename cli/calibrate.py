@@ -152,8 +152,12 @@ def calibrate(
     min_share: Annotated[float, typer.Option(help="Segments under this share merge.")] = 0.02,
     db: DbOption = None,
 ) -> None:
-    """Replay a stratified sample of the imported traffic on a baseline and a speculative vLLM
-    server, fit acceptance, and store the calibration. Extra vLLM arguments go after `--`."""
+    """Measure speculation on real vLLM servers with your traffic, fit and store the result.
+
+    Replays a stratified sample of the imported requests on a baseline and a speculative vLLM
+    server, fits acceptance and step costs, and stores the calibration. Extra vLLM arguments go
+    after `--`.
+    """
     extra_args = list(ctx.args)
     attach_mode = baseline_url is not None or speculative_url is not None
     if launch == attach_mode:

@@ -14,17 +14,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+# In the order a user meets them: the verdict, the what-if, the data, calibration, the service.
+app.command()(recommend.recommend)
+app.command()(predict.predict)
 app.command()(ingest.ingest)
 app.command()(ingest.imports)
 app.command()(ingest.rejects)
-app.command()(serve.serve)
-app.add_typer(keys.app, name="keys")
-app.command()(predict.predict)
-app.add_typer(profiles.app, name="profiles")
-app.command()(recommend.recommend)
 app.command(context_settings={"allow_extra_args": True})(calibrate.calibrate)
 app.add_typer(calibrate.calibrations_app, name="calibrations")
-# new commands: register here, one line each.
+app.add_typer(profiles.app, name="profiles")
+app.command()(serve.serve)
+app.add_typer(keys.app, name="keys")
 
 
 def main() -> None:
