@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from pydantic import ValidationError
@@ -14,10 +14,20 @@ from advisor.errors import BadInput
 from advisor.predict import predict as run_predict
 from advisor.profile import Profile
 from advisor.recommend import is_stored_calibration, resolve_profile
-from advisor.schemas import Deployment
+from advisor.schemas import Deployment, Method
 from cli.common import DbOption, handles_errors, open_db, out
 
-METHODS = ("eagle3", "eagle", "draft_model", "ngram", "suffix", "mtp")
+METHODS: tuple[str, ...] = get_args(Method)
+DEFAULT_DEPLOYMENT = Deployment()
+
+# The deployment flags `predict` and `recommend` share; defaults are Deployment's own.
+GpuOption = Annotated[str, typer.Option(help="GPU catalogue name (see --catalog).")]
+TargetOption = Annotated[str, typer.Option(help="Model name or HF config.json path.")]
+MethodOption = Annotated[str, typer.Option(help=f"One of {', '.join(METHODS)}.")]
+DraftOption = Annotated[str | None, typer.Option(help="Draft model / head (name or path).")]
+KOption = Annotated[str, typer.Option("--k", help="Speculative tokens 1-16, or auto.")]
+UtilOption = Annotated[float, typer.Option(help="vLLM's budget fraction.")]
+TpOption = Annotated[int, typer.Option(help="Tensor-parallel GPUs.")]
 
 
 def parse_k(value: str) -> int | None:
@@ -63,21 +73,19 @@ def pick_profile(gpu: str, calibration: str | None, db: Path | None) -> Profile:
 
 @handles_errors
 def predict(
-    gpu: Annotated[str, typer.Option(help="GPU catalogue name (see --catalog).")] = "h200",
-    target: Annotated[
-        str, typer.Option(help="Model name or HF config.json path.")
-    ] = "llama-3.1-8b",
-    method: Annotated[str, typer.Option(help=f"One of {', '.join(METHODS)}.")] = "eagle3",
-    draft: Annotated[str | None, typer.Option(help="Draft model / head (name or path).")] = None,
-    k: Annotated[str, typer.Option("--k", help="Speculative tokens, or auto.")] = "auto",
+    gpu: GpuOption = DEFAULT_DEPLOYMENT.gpu,
+    target: TargetOption = DEFAULT_DEPLOYMENT.target,
+    method: MethodOption = DEFAULT_DEPLOYMENT.method,
+    draft: DraftOption = None,
+    k: KOption = "auto",
     acceptance: Annotated[
         float, typer.Option(help="Per-token acceptance probability alpha in [0, 1).")
     ] = 0.7,
     batch: Annotated[int, typer.Option(help="Concurrent requests arriving together.")] = 1,
     prompt_tokens: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 512,
     output_tokens: Annotated[int, typer.Option(help="Output tokens per request.")] = 256,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's budget fraction.")] = 0.9,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs.")] = 1,
+    gpu_memory_utilization: UtilOption = DEFAULT_DEPLOYMENT.gpu_memory_utilization,
+    tp: TpOption = DEFAULT_DEPLOYMENT.tp,
     profile: Annotated[
         str | None,
         typer.Option(

@@ -19,7 +19,17 @@ from advisor.schemas import Recommendation
 from advisor.scoring import THRESHOLD
 from advisor.segments import Bands, Filters, parse_edges
 from cli.common import DbOption, err, handles_errors, interactive, open_db, out
-from cli.predict import METHODS, make_deployment
+from cli.predict import (
+    DEFAULT_DEPLOYMENT,
+    DraftOption,
+    GpuOption,
+    KOption,
+    MethodOption,
+    TargetOption,
+    TpOption,
+    UtilOption,
+    make_deployment,
+)
 from collectors.ingest import ingest_file
 
 FORMATS = ("table", "json", "markdown", "html")
@@ -77,15 +87,13 @@ def recommend(
     until: Annotated[str | None, typer.Option(help="Only arrivals before (ISO, UTC).")] = None,
     model: Annotated[str | None, typer.Option(help="Only requests for this model.")] = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant / route.")] = None,
-    gpu: Annotated[str, typer.Option(help="GPU catalogue name.")] = "h200",
-    target: Annotated[
-        str, typer.Option(help="Model name or HF config.json path.")
-    ] = "llama-3.1-8b",
-    method: Annotated[str, typer.Option(help=f"One of {', '.join(METHODS)}.")] = "eagle3",
-    draft: Annotated[str | None, typer.Option(help="Draft model / head (name or path).")] = None,
-    k: Annotated[str, typer.Option("--k", help="Speculative tokens 1-16, or auto.")] = "auto",
-    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's budget fraction.")] = 0.9,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs.")] = 1,
+    gpu: GpuOption = DEFAULT_DEPLOYMENT.gpu,
+    target: TargetOption = DEFAULT_DEPLOYMENT.target,
+    method: MethodOption = DEFAULT_DEPLOYMENT.method,
+    draft: DraftOption = None,
+    k: KOption = "auto",
+    gpu_memory_utilization: UtilOption = DEFAULT_DEPLOYMENT.gpu_memory_utilization,
+    tp: TpOption = DEFAULT_DEPLOYMENT.tp,
     calibration: Annotated[
         str | None,
         typer.Option(
